@@ -1,0 +1,128 @@
+"""Flag definitions and error reporting shared by the scripts (nothing runs at import).
+
+Scripts call ``define_*_flags()`` once, then turn the parsed flags into a
+``ClusterConfig`` and a ``TrainConfig``. Bad input is reported as one line on
+stderr with the permanent exit status, never as a traceback.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import os
+import sys
+
+from absl import flags
+
+from ps_toolkit import cluster as cluster_lib
+from ps_toolkit.errors import EXIT_CONFIG, ToolkitError
+from ps_toolkit.train_config import MODEL_NAMES, PLACEMENT_STRATEGIES, TrainConfig
+
+FLAGS = flags.FLAGS
+# The training flags a launcher may pass through to every task.
+TRAINING_FLAG_NAMES = (
+    "model",
+    "data_dir",
+    "train_steps",
+    "batch_size",
+    "learning_rate",
+    "sync_replicas",
+    "replicas_to_aggregate",
+    "checkpoint_dir",
+    "save_checkpoint_steps",
+    "save_checkpoint_secs",
+    "placement",
+    "partition_variables",
+    "seed",
+)
+
+
+def define_cluster_flags() -> None:
+    for job in ("ps", "worker", "chief", "evaluator"):
+        flags.DEFINE_string(f"{job}_hosts", None, f"Comma-separated host:port list of the {job} job.")
+    flags.DEFINE_string("job_name", None, "This task's job: ps, worker, chief or evaluator.")
+    flags.DEFINE_integer("task_index", None, "This task's index within its job (default 0).")
+    flags.DEFINE_string("cluster_file", None, "JSON file with the cluster ({'cluster': {...}} or a job map).")
+
+
+def define_training_flags() -> None:
+    flags.DEFINE_enum("model", "softmax", list(MODEL_NAMES), "Model to train.")
+    flags.DEFINE_string("data_dir", None, "Folder with the MNIST IDX files; default: the embedded digits.")
+    flags.DEFINE_integer("train_steps", 1000, "Global steps to train for.")
+    flags.DEFINE_integer("batch_size", 100, "Examples per replica per step.")
+    flags.DEFINE_float("learning_rate", None, "SGD learning rate; default depends on --model.")
+    flags.DEFINE_boolean("sync_replicas", False, "Aggregate gradients with SyncReplicasOptimizer.")
+    flags.DEFINE_integer("replicas_to_aggregate", None, "Gradients per sync step; default: all replicas.")
+    flags.DEFINE_string("checkpoint_dir", None, "Where the chief writes checkpoints and summaries.")
+    flags.DEFINE_integer("save_checkpoint_steps", 100, "Chief saves a checkpoint every N global steps.")
+    flags.DEFINE_float("save_checkpoint_secs", None, "Save every N seconds instead of every N steps.")
+    flags.DEFINE_integer("save_summaries_steps", 100, "Chief writes summaries every N steps.")
+    flags.DEFINE_enum("placement", "round_robin", list(PLACEMENT_STRATEGIES), "How variables go to ps tasks.")
+    flags.DEFINE_boolean("partition_variables", False, "Split large variables along axis 0 across ps tasks.")
+    flags.DEFINE_integer("seed", 0, "Base seed; each replica shuffles with its own derived seed.")
+    flags.DEFINE_float("readiness_poll_secs", 1.0, "How often a non-chief checks whether the model is ready.")
+
+
+def cluster_from_flags(tf_config: str | None) -> cluster_lib.ClusterConfig:
+    return cluster_lib.resolve(
+        ps_hosts=FLAGS.ps_hosts,
+        worker_hosts=FLAGS.worker_hosts,
+        chief_hosts=FLAGS.chief_hosts,
+        evaluator_hosts=FLAGS.evaluator_hosts,
+        job_name=FLAGS.job_name,
+        task_index=FLAGS.task_index,
+        cluster_file=FLAGS.cluster_file,
+        tf_config=tf_config,
+    )
+
+
+def train_config_from_flags() -> TrainConfig:
+    return TrainConfig(
+        model=FLAGS.model,
+        train_steps=FLAGS.train_steps,
+        batch_size=FLAGS.batch_size,
+        learning_rate=FLAGS.learning_rate,
+        sync_replicas=FLAGS.sync_replicas,
+        replicas_to_aggregate=FLAGS.replicas_to_aggregate,
+        checkpoint_dir=FLAGS.checkpoint_dir,
+        save_checkpoint_steps=FLAGS.save_checkpoint_steps,
+        save_checkpoint_secs=FLAGS.save_checkpoint_secs,
+        save_summaries_steps=FLAGS.save_summaries_steps,
+        placement=FLAGS.placement,
+        partition_variables=FLAGS.partition_variables,
+        seed=FLAGS.seed,
+        readiness_poll_secs=FLAGS.readiness_poll_secs,
+        data_dir=FLAGS.data_dir,
+    )
+
+
+def with_checkpoint_dir(config: TrainConfig, checkpoint_dir: str) -> TrainConfig:
+    return dataclasses.replace(config, checkpoint_dir=checkpoint_dir)
+
+
+def program_name() -> str:
+    return os.path.basename(sys.argv[0]) if sys.argv and sys.argv[0] else "ps_toolkit"
+
+
+def fail(message: str, exit_code: int = EXIT_CONFIG):
+    """Reports bad input as one line on stderr and exits; never returns."""
+    sys.stderr.write(f"{program_name()}: error: {message}\n")
+    sys.stderr.flush()
+    raise SystemExit(exit_code)
+
+
+@contextlib.contextmanager
+def user_errors():
+    """Turns a ToolkitError into its one-line message and exit status."""
+    try:
+        yield
+    except ToolkitError as err:
+        fail(str(err), err.exit_code)
+
+
+def parse_flags_or_exit(argv: list[str]) -> list[str]:
+    """absl's flags_parser: a bad flag is one line and exit 2, not absl's usage dump."""
+    try:
+        return FLAGS(argv)
+    except flags.Error as err:
+        fail(f"{err} (from the command line)")

@@ -1,0 +1,154 @@
+"""Session hooks: progress lines, final evaluation, and the release of sync replicas at the end."""
+
+from __future__ import annotations
+
+import json
+import logging
+import sys
+import threading
+import time
+
+import tensorflow as tf
+
+log = logging.getLogger(__name__)
+
+PROGRESS_PREFIX = "ps_toolkit progress: "
+
+
+class ProgressHook(tf.compat.v1.train.SessionRunHook):
+    """Records loss and global step each step; prints a progress line every few seconds.
+
+    The lines (``ps_toolkit progress: {json}``) are what the local launcher
+    parses for its status line and charts. ``on_progress`` is called with
+    the global step after every step (the watchdog listens there).
+    """
+
+    def __init__(self, *, loss, global_step, job: str, task: int, every_secs: float = 2.0, on_progress=None):
+        self._loss = loss
+        self._global_step = global_step
+        self._job, self._task = job, task
+        self._every_secs = every_secs
+        self._on_progress = on_progress
+        self.local_steps = 0
+        self.first_loss = None
+        self.last_loss = None
+        self.last_global_step = None
+
+    def after_create_session(self, session, coord):
+        self.last_global_step = int(session.run(self._global_step))
+        self._mark = (time.monotonic(), self.last_global_step)
+
+    def before_run(self, run_context):
+        return tf.compat.v1.train.SessionRunArgs([self._loss, self._global_step])
+
+    def after_run(self, run_context, run_values):
+        loss, step = run_values.results
+        self.local_steps += 1
+        self.last_loss = float(loss)
+        if self.first_loss is None:
+            self.first_loss = self.last_loss
+        self.last_global_step = int(step)
+        if self._on_progress is not None:
+            self._on_progress(self.last_global_step)
+        now = time.monotonic()
+        if now - self._mark[0] >= self._every_secs:
+            self.emit(now)
+
+    def end(self, session):
+        # before_run fetched the step before each update; read the final one.
+        self.last_global_step = int(session.run(self._global_step))
+
+    def emit(self, now=None):
+        now = time.monotonic() if now is None else now
+        elapsed = max(now - self._mark[0], 1e-9)
+        rate = (self.last_global_step - self._mark[1]) / elapsed
+        self._mark = (now, self.last_global_step)
+        record = {
+            "job": self._job,
+            "task": self._task,
+            "global_step": self.last_global_step,
+            "local_step": self.local_steps,
+            "loss": self.last_loss,
+            "steps_per_sec": round(rate, 2),
+            "time": round(time.time(), 3),
+        }
+        print(PROGRESS_PREFIX + json.dumps(record), flush=True)
+
+
+class FinalEvaluationHook(tf.compat.v1.train.SessionRunHook):
+    """Computes test accuracy once, when the session ends normally."""
+
+    def __init__(self, accuracy, images_placeholder, labels_placeholder, images, labels, batch_size=2000):
+        self._accuracy = accuracy
+        self._images_in, self._labels_in = images_placeholder, labels_placeholder
+        self._images, self._labels = images, labels
+        self._batch_size = batch_size
+        self.test_accuracy = None
+
+    def end(self, session):
+        correct = 0.0
+        for start in range(0, len(self._images), self._batch_size):
+            images = self._images[start : start + self._batch_size]
+            labels = self._labels[start : start + self._batch_size]
+            feed = {self._images_in: images, self._labels_in: labels}
+            correct += float(session.run(self._accuracy, feed_dict=feed)) * len(images)
+        self.test_accuracy = correct / max(len(self._images), 1)
+
+
+class SyncReleaseHook(tf.compat.v1.train.SessionRunHook):
+    """On the chief, at the end of sync training, frees replicas blocked on the token queue.
+
+    Without it, once the chief stops aggregating, every other replica waits
+    forever for a sync token ("sync training hangs at the end"). The tokens
+    carry the final global step, so the released replicas see that training
+    is over and stop too.
+    """
+
+    def __init__(self, release_op):
+        self._release_op = release_op
+
+    def end(self, session):
+        try:
+            session.run(self._release_op, options=tf.compat.v1.RunOptions(timeout_in_ms=5000))
+        except tf.errors.OpError as err:
+            log.warning("could not release the sync replicas: %s", err.message.splitlines()[0])
+
+
+def quiet_cancelled_queue_runners() -> None:
+    """Silences the one expected traceback of a sync chief's shutdown.
+
+    The chief's aggregating queue-runner thread is blocked on the gradient
+    accumulators when training ends; closing the session cancels it, and
+    TensorFlow's Coordinator re-raises that CancelledError in the thread,
+    which Python prints as an alarming "Exception in thread" traceback at
+    the end of a successful run. Every other thread error still prints.
+    """
+    previous = threading.excepthook
+
+    def hook(args):
+        in_queue_runner = args.thread is not None and args.thread.name.startswith("QueueRunnerThread-")
+        if in_queue_runner and issubclass(args.exc_type, tf.errors.CancelledError):
+            log.debug("queue runner %s cancelled at shutdown", args.thread.name)
+            return
+        previous(args)
+
+    if getattr(previous, "_ps_toolkit", False):
+        return
+    hook._ps_toolkit = True
+    threading.excepthook = hook
+
+
+def sync_release_op(optimizer, global_step, num_tokens: int):
+    """An op that puts ``num_tokens`` tokens holding the global step into the sync token queue."""
+    # SyncReplicasOptimizer keeps its token queue private; it is the only way
+    # to wake replicas that are blocked dequeuing from it.
+    token_queue = optimizer._sync_token_queue  # noqa: SLF001
+    with tf.compat.v1.device(global_step.device):
+        tokens = tf.fill([num_tokens], tf.identity(global_step))
+        return token_queue.enqueue_many((tokens,))
+
+
+def print_result(record: dict) -> None:
+    """The task's last stdout line: one JSON object."""
+    sys.stdout.flush()
+    print(json.dumps(record), flush=True)

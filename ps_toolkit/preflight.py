@@ -1,0 +1,51 @@
+"""Checks a task can start, made before TensorFlow is imported: port free, hosts resolvable."""
+
+from __future__ import annotations
+
+import errno
+import socket
+
+from ps_toolkit.cluster import ClusterConfig, split_address
+from ps_toolkit.errors import ConfigError, PortInUseError
+
+
+def check_port_free(cluster: ClusterConfig) -> None:
+    """Fails clearly if this task's port is taken.
+
+    TensorFlow would only say "Could not start gRPC server"; and because gRPC
+    sets SO_REUSEPORT, it can even share a port with another gRPC server.
+    TensorFlow binds every interface, so that is what is probed.
+    """
+    _host, port = split_address(cluster.address, cluster.source)
+    probe = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    try:
+        probe.bind(("", port))
+    except OSError as err:
+        if err.errno in (errno.EADDRINUSE, errno.EACCES):
+            raise PortInUseError(
+                f"port {port} of {cluster.device} ({cluster.address}, from {cluster.source}) "
+                f"is already in use: {err.strerror}"
+            ) from None
+        raise
+    finally:
+        probe.close()
+
+
+def check_host_resolves(cluster: ClusterConfig) -> None:
+    """Fails clearly if a host of the cluster does not resolve."""
+    for job, hosts in cluster.jobs.items():
+        for address in hosts:
+            host, port = split_address(address, cluster.source)
+            try:
+                socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
+            except socket.gaierror as err:
+                raise ConfigError(
+                    f"host {host!r} of /job:{job} (from {cluster.source}) does not resolve: {err.strerror}"
+                ) from None
+
+
+def check_task_can_start(cluster: ClusterConfig) -> None:
+    """Every check a server task needs before it binds its port."""
+    check_host_resolves(cluster)
+    if cluster.task_type != "evaluator":
+        check_port_free(cluster)

@@ -1,0 +1,207 @@
+"""One tf.train.Server per task, its per-role session config, and the ps lifecycle.
+
+A parameter server here does not ``join()`` forever. It serves until every
+training replica has put a token in its "done" queue (the approach suggested
+by TensorFlow's maintainers in tensorflow/tensorflow#4713) and exits 0; if the
+replicas disappear and do not come back within a bound, it exits with
+EXIT_ORPHANED and says which tasks it waited for.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import queue
+import socket
+import threading
+import time
+
+import tensorflow as tf
+
+from ps_toolkit.cluster import PS, ClusterConfig, split_address
+from ps_toolkit.errors import OrphanedError
+from ps_toolkit.preflight import check_host_resolves, check_port_free
+
+log = logging.getLogger(__name__)
+
+_DONE_QUEUE_CAPACITY = 1 << 16
+# How long a replica waits for each ps to accept its "done" token.
+_SIGNAL_DONE_TIMEOUT_MS = 10_000
+
+
+def session_config(
+    cluster: ClusterConfig,
+    *,
+    intra_op_threads: int | None = None,
+    inter_op_threads: int | None = None,
+) -> tf.compat.v1.ConfigProto:
+    """The session config for this task's role.
+
+    Parameter servers see no GPU. Replicas get device_filters limited to the ps
+    job and themselves, so session creation never waits for another worker
+    (the "CreateSession still waiting for response from worker" hang).
+    """
+    cpus = os.cpu_count() or 1
+    config = tf.compat.v1.ConfigProto(
+        allow_soft_placement=True,
+        intra_op_parallelism_threads=intra_op_threads or cpus,
+        # A few inter-op threads keep the RPC-bound graph moving on small machines.
+        inter_op_parallelism_threads=inter_op_threads or max(2, cpus),
+    )
+    if cluster.task_type == PS:
+        config.device_count["GPU"] = 0
+        config.device_filters.append(cluster.device)
+    else:
+        config.device_filters.extend(["/job:ps", cluster.device])
+    return config
+
+
+def start_server(cluster: ClusterConfig, config: tf.compat.v1.ConfigProto | None = None):
+    """Checks the address, then starts this task's tf.compat.v1.train.Server."""
+    check_host_resolves(cluster)
+    check_port_free(cluster)
+    config = config if config is not None else session_config(cluster)
+    server = tf.compat.v1.train.Server(
+        cluster.cluster_spec(),
+        job_name=cluster.task_type,
+        task_index=cluster.task_index,
+        config=config,
+        start=True,
+    )
+    host, _ = split_address(cluster.address, cluster.source)
+    log.info("started %s at %s (target %s)", cluster.device, cluster.address, server.target)
+    if not _is_loopback(host):
+        log.warning(
+            "%s serves on %s: TensorFlow's gRPC server listens on EVERY interface, "
+            "with no authentication or encryption; anyone who can reach this port "
+            "can run operations here. Keep the cluster inside a private network "
+            "(see docs/deploy.md).",
+            cluster.device,
+            cluster.address,
+        )
+    return server
+
+
+def _is_loopback(host: str) -> bool:
+    return host in ("localhost", "::1") or host.startswith("127.")
+
+
+def _done_queue(ps_index: int):
+    """The queue on one ps that collects one token per finished replica."""
+    with tf.device(f"/job:{PS}/task:{ps_index}"):
+        return tf.queue.FIFOQueue(
+            _DONE_QUEUE_CAPACITY,
+            tf.int32,
+            shapes=[()],
+            shared_name=f"ps_toolkit_done_queue_{ps_index}",
+            name=f"done_queue_{ps_index}",
+        )
+
+
+def signal_done(cluster: ClusterConfig, target: str) -> None:
+    """Tells every ps that this replica has finished. Bounded; never raises."""
+    if not cluster.num_ps:
+        return
+    graph = tf.Graph()
+    with graph.as_default():
+        token = tf.constant(cluster.replica_index, tf.int32)
+        enqueues = [_done_queue(i).enqueue(token) for i in range(cluster.num_ps)]
+    options = tf.compat.v1.RunOptions(timeout_in_ms=_SIGNAL_DONE_TIMEOUT_MS)
+    config = session_config(cluster)
+    try:
+        with tf.compat.v1.Session(target, graph=graph, config=config) as sess:
+            sess.run(enqueues, options=options)
+    except tf.errors.OpError as err:
+        log.warning("%s could not tell the ps it is done: %s", cluster.device, err.message.splitlines()[0])
+
+
+def serve_until_done(
+    cluster: ClusterConfig,
+    server,
+    *,
+    orphan_timeout_secs: float = 300.0,
+    poll_secs: float = 0.5,
+) -> list[int]:
+    """Serves as a ps until every replica signalled done; returns them in order.
+
+    Raises OrphanedError when no replica that is not done yet has been
+    reachable for ``orphan_timeout_secs``.
+    """
+    with _DoneQueueDrain(cluster, server) as tokens:
+        return _wait_for_replicas(cluster, tokens, orphan_timeout_secs, poll_secs)
+
+
+def _wait_for_replicas(cluster: ClusterConfig, tokens: queue.Queue, orphan_timeout_secs, poll_secs) -> list[int]:
+    replicas = cluster.replica_tasks()
+    pending = set(range(len(replicas)))
+    order = []
+    last_seen = time.monotonic()
+    while pending:
+        try:
+            replica = tokens.get(timeout=poll_secs)
+        except queue.Empty:
+            if any(_reachable(replicas_address(cluster, replicas[i])) for i in pending):
+                last_seen = time.monotonic()
+            elif time.monotonic() - last_seen > orphan_timeout_secs:
+                names = ", ".join(f"/job:{j}/task:{t}" for j, t in (replicas[i] for i in sorted(pending)))
+                raise OrphanedError(
+                    f"{cluster.device} waited {orphan_timeout_secs:.0f}s for {names} "
+                    "to finish, but none was reachable; exiting"
+                ) from None
+            continue
+        if isinstance(replica, Exception):
+            raise replica
+        if replica in pending:
+            pending.discard(replica)
+            order.append(replica)
+            log.info("%s: replica %d done; %d still running", cluster.device, replica, len(pending))
+    return order
+
+
+class _DoneQueueDrain:
+    """A thread that moves done tokens from the TF queue into a Python queue.
+
+    A blocking dequeue wakes the instant a replica finishes. On exit the
+    session is closed, which cancels the pending dequeue, and the thread is
+    joined: a thread still inside TensorFlow at interpreter exit aborts it.
+    """
+
+    def __init__(self, cluster: ClusterConfig, server):
+        self.tokens: queue.Queue = queue.Queue()
+        graph = tf.Graph()
+        with graph.as_default():
+            self._dequeue = _done_queue(cluster.task_index).dequeue()
+        self._session = tf.compat.v1.Session(server.target, graph=graph, config=session_config(cluster))
+        self._closing = threading.Event()
+        self._thread = threading.Thread(target=self._drain, name="done-queue", daemon=True)
+
+    def _drain(self):
+        try:
+            while True:
+                self.tokens.put(int(self._session.run(self._dequeue)))
+        except Exception as err:
+            if not self._closing.is_set():
+                self.tokens.put(err)  # the main thread raises it
+
+    def __enter__(self) -> queue.Queue:
+        self._thread.start()
+        return self.tokens
+
+    def __exit__(self, *exc_info):
+        self._closing.set()
+        self._session.close()
+        self._thread.join(timeout=10)
+
+
+def replicas_address(cluster: ClusterConfig, task: tuple[str, int]) -> str:
+    job, index = task
+    return cluster.jobs[job][index]
+
+
+def _reachable(address: str, timeout: float = 0.2) -> bool:
+    host, port = split_address(address, "cluster")
+    try:
+        with socket.create_connection((host, port), timeout=timeout):
+            return True
+    except OSError:
+        return False

@@ -1,0 +1,74 @@
+"""What to train and how, validated against the cluster before TensorFlow is imported."""
+
+from __future__ import annotations
+
+import dataclasses
+
+from ps_toolkit.cluster import ClusterConfig
+from ps_toolkit.errors import ConfigError
+
+MODEL_NAMES = ("softmax", "mlp", "wide", "cnn")
+# Learning rates that train each model well with plain SGD on MNIST-shaped data.
+DEFAULT_LEARNING_RATES = {"softmax": 0.5, "mlp": 0.1, "wide": 0.1, "cnn": 0.05}
+PLACEMENT_STRATEGIES = ("round_robin", "greedy", "random")
+
+
+@dataclasses.dataclass(frozen=True)
+class TrainConfig:
+    """What to train and how. ``validate`` checks it against a cluster."""
+
+    model: str = "softmax"
+    data_dir: str | None = None  # None: the embedded digits
+    train_steps: int = 1000
+    batch_size: int = 100
+    learning_rate: float | None = None  # None: the model's default
+    sync_replicas: bool = False
+    replicas_to_aggregate: int | None = None  # None: every replica
+    checkpoint_dir: str | None = None
+    save_checkpoint_steps: int | None = 100
+    save_checkpoint_secs: float | None = None
+    save_summaries_steps: int = 100
+    placement: str = "round_robin"
+    partition_variables: bool = False  # split large variables across the ps tasks
+    seed: int = 0
+    readiness_poll_secs: float = 1.0
+    progress_every_secs: float = 2.0
+    # MonitoredSession waits this long for its threads at close. TensorFlow's
+    # 120 s default is what makes a sync chief hang at exit.
+    stop_grace_secs: float = 0.25
+
+    @property
+    def effective_learning_rate(self) -> float:
+        return self.learning_rate if self.learning_rate is not None else DEFAULT_LEARNING_RATES[self.model]
+
+    def aggregate_count(self, cluster: ClusterConfig) -> int:
+        return self.replicas_to_aggregate or cluster.num_replicas
+
+    def validate(self, cluster: ClusterConfig) -> None:
+        """Raises ConfigError naming the first bad or contradictory setting."""
+        if self.model not in MODEL_NAMES:
+            raise ConfigError(f"unknown model {self.model!r} (from --model); valid: {', '.join(MODEL_NAMES)}")
+        for name in ("train_steps", "batch_size", "save_summaries_steps"):
+            if getattr(self, name) <= 0:
+                raise ConfigError(f"--{name}={getattr(self, name)} must be positive")
+        if self.learning_rate is not None and not self.learning_rate > 0:
+            raise ConfigError(f"--learning_rate={self.learning_rate} must be positive")
+        if self.save_checkpoint_steps is not None and self.save_checkpoint_steps <= 0:
+            raise ConfigError(f"--save_checkpoint_steps={self.save_checkpoint_steps} must be positive")
+        if self.replicas_to_aggregate is not None:
+            if not self.sync_replicas:
+                raise ConfigError(f"--replicas_to_aggregate={self.replicas_to_aggregate} needs --sync_replicas")
+            if not 1 <= self.replicas_to_aggregate <= cluster.num_replicas:
+                raise ConfigError(
+                    f"--replicas_to_aggregate={self.replicas_to_aggregate} must be between 1 and "
+                    f"the number of training replicas, {cluster.num_replicas}"
+                )
+        if self.placement not in PLACEMENT_STRATEGIES:
+            raise ConfigError(
+                f"unknown placement {self.placement!r} (from --placement); valid: {', '.join(PLACEMENT_STRATEGIES)}"
+            )
+        if cluster.num_replicas + cluster.num_ps > 1 and not self.checkpoint_dir:
+            raise ConfigError(
+                "multi-task training needs --checkpoint_dir: without one, a ps or chief "
+                "restart silently resets training to step 0"
+            )

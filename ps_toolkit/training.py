@@ -1,0 +1,181 @@
+"""Between-graph training, async or with SyncReplicasOptimizer, under a MonitoredSession.
+
+Chief and workers run the same loop; they differ only in the session creator
+chosen once (``LiveStateChiefSessionCreator`` vs ``FastWorkerSessionCreator``)
+and in the chief-only hooks (checkpoints, summaries, step counter, releasing
+sync replicas at the end).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import time
+
+import tensorflow as tf
+
+from ps_toolkit import placement
+from ps_toolkit.cluster import ClusterConfig
+from ps_toolkit.data import DataSplits, make_train_input
+from ps_toolkit.errors import ConfigError
+from ps_toolkit.hooks import (
+    FinalEvaluationHook,
+    ProgressHook,
+    SyncReleaseHook,
+    quiet_cancelled_queue_runners,
+    sync_release_op,
+)
+from ps_toolkit.models import build_model
+from ps_toolkit.sessions import FastWorkerSessionCreator, LiveStateChiefSessionCreator
+from ps_toolkit.train_config import TrainConfig
+
+log = logging.getLogger(__name__)
+
+
+@dataclasses.dataclass
+class _Graph:
+    """The tensors and hooks one replica's training graph provides."""
+
+    global_step: tf.Tensor
+    train_op: tf.Operation
+    loss: tf.Tensor
+    hooks: list
+    chief_hooks: list
+    evaluation: FinalEvaluationHook
+    scaffold: tf.compat.v1.train.Scaffold
+
+
+def build_graph(cluster: ClusterConfig, config: TrainConfig, data: DataSplits) -> _Graph:
+    """Builds one replica's graph in the default graph: input, model, optimizer, hooks."""
+    device_fn = placement.device_setter(cluster, config.placement, seed=config.seed)
+    with tf.compat.v1.device(device_fn):
+        global_step = tf.compat.v1.train.get_or_create_global_step()
+        images, labels, input_hook = make_train_input(
+            data.train_images,
+            data.train_labels,
+            batch_size=config.batch_size,
+            replica_index=cluster.replica_index,
+            num_replicas=cluster.num_replicas,
+            seed=config.seed,
+        )
+        partitioner = placement.variable_partitioner(cluster) if config.partition_variables else None
+        with tf.compat.v1.variable_scope("model"):
+            logits = build_model(config.model, images, partitioner)
+        loss = tf.reduce_mean(tf.nn.sparse_softmax_cross_entropy_with_logits(labels=labels, logits=logits))
+        tf.compat.v1.summary.scalar("loss", loss)
+        optimizer = tf.compat.v1.train.GradientDescentOptimizer(config.effective_learning_rate)
+        hooks, chief_hooks = [input_hook], []
+        if config.sync_replicas:
+            optimizer = tf.compat.v1.train.SyncReplicasOptimizer(
+                optimizer,
+                replicas_to_aggregate=config.aggregate_count(cluster),
+                total_num_replicas=cluster.num_replicas,
+            )
+        train_op = optimizer.minimize(loss, global_step=global_step)
+        if config.sync_replicas:
+            # Every replica needs the hook: it runs the local-step init and,
+            # on the chief, the token init and the aggregating queue runner.
+            hooks.append(optimizer.make_session_run_hook(cluster.is_chief))
+            quiet_cancelled_queue_runners()
+            chief_hooks.append(SyncReleaseHook(sync_release_op(optimizer, global_step, 2 * cluster.num_replicas)))
+        evaluation = _evaluation_hook(config, data, partitioner)
+    if cluster.is_chief:
+        placement.log_placement_report(placement.placement_report(num_ps=cluster.num_ps), log)
+    scaffold = tf.compat.v1.train.Scaffold(saver=tf.compat.v1.train.Saver(max_to_keep=5, sharded=True))
+    return _Graph(global_step, train_op, loss, hooks, chief_hooks, evaluation, scaffold)
+
+
+def _evaluation_hook(config: TrainConfig, data: DataSplits, partitioner) -> FinalEvaluationHook:
+    """Test accuracy with the same (reused) model variables."""
+    images_in = tf.compat.v1.placeholder(tf.float32, [None, data.test_images.shape[1]], name="test_images")
+    labels_in = tf.compat.v1.placeholder(tf.int64, [None], name="test_labels")
+    with tf.compat.v1.variable_scope("model", reuse=True):
+        logits = build_model(config.model, images_in, partitioner)
+    accuracy = tf.reduce_mean(tf.cast(tf.equal(tf.argmax(logits, 1), labels_in), tf.float32))
+    return FinalEvaluationHook(accuracy, images_in, labels_in, data.test_images, data.test_labels)
+
+
+def _session_creator(cluster, config, graph, target, session_config):
+    if cluster.is_chief:
+        return LiveStateChiefSessionCreator(
+            graph.scaffold, target, session_config, config.checkpoint_dir, config.readiness_poll_secs
+        )
+    return FastWorkerSessionCreator(graph.scaffold, target, session_config, config.readiness_poll_secs)
+
+
+def _chief_saving_hooks(config: TrainConfig, graph: _Graph) -> list:
+    if not config.checkpoint_dir:
+        return []
+    steps = None if config.save_checkpoint_secs else config.save_checkpoint_steps
+    return [
+        tf.compat.v1.train.CheckpointSaverHook(
+            config.checkpoint_dir,
+            save_steps=steps,
+            save_secs=config.save_checkpoint_secs,
+            scaffold=graph.scaffold,
+        ),
+        tf.compat.v1.train.SummarySaverHook(
+            save_steps=config.save_summaries_steps, output_dir=config.checkpoint_dir, scaffold=graph.scaffold
+        ),
+        tf.compat.v1.train.StepCounterHook(every_n_steps=config.save_summaries_steps, output_dir=config.checkpoint_dir),
+    ]
+
+
+def train(
+    cluster: ClusterConfig,
+    target: str,
+    config: TrainConfig,
+    data: DataSplits,
+    session_config=None,
+    on_progress=None,
+) -> dict:
+    """Trains this replica until the global step reaches ``config.train_steps``.
+
+    Returns the task's result record: job, task, global_step, local_steps,
+    first_loss, final_loss, test_accuracy, seconds.
+    """
+    config.validate(cluster)
+    started = time.monotonic()
+    with tf.Graph().as_default():
+        graph = build_graph(cluster, config, data)
+        progress = ProgressHook(
+            loss=graph.loss,
+            global_step=graph.global_step,
+            job=cluster.task_type,
+            task=cluster.task_index,
+            every_secs=config.progress_every_secs,
+            on_progress=on_progress,
+        )
+        hooks = [
+            *graph.hooks,
+            tf.compat.v1.train.StopAtStepHook(last_step=config.train_steps),
+            tf.compat.v1.train.NanTensorHook(graph.loss),
+            progress,
+            graph.evaluation,
+        ]
+        if cluster.is_chief:
+            hooks = _chief_saving_hooks(config, graph) + hooks + graph.chief_hooks
+        creator = _session_creator(cluster, config, graph, target, session_config)
+        try:
+            with tf.compat.v1.train.MonitoredSession(
+                session_creator=creator, hooks=hooks, stop_grace_period_secs=config.stop_grace_secs
+            ) as session:
+                while not session.should_stop():
+                    session.run(graph.train_op)
+        except tf.compat.v1.train.NanLossDuringTrainingError:
+            raise ConfigError(
+                f"loss became NaN near global step {progress.last_global_step}; "
+                f"lower --learning_rate (was {config.effective_learning_rate})"
+            ) from None
+        if progress.local_steps:
+            progress.emit()
+    return {
+        "job": cluster.task_type,
+        "task": cluster.task_index,
+        "global_step": progress.last_global_step,
+        "local_steps": progress.local_steps,
+        "first_loss": progress.first_loss,
+        "final_loss": progress.last_loss,
+        "test_accuracy": graph.evaluation.test_accuracy,
+        "seconds": round(time.monotonic() - started, 3),
+    }

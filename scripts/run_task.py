@@ -1,0 +1,64 @@
+"""Runs one task of a parameter-server cluster: a ps, a worker, the chief or the evaluator.
+
+    python scripts/run_task.py --job_name=ps --task_index=0          # textbook cluster:
+    python scripts/run_task.py --job_name=worker --task_index=0      # 1 ps + 2 workers on
+    python scripts/run_task.py --job_name=worker --task_index=1      # localhost:2222-2224
+
+The cluster comes from --ps_hosts/--worker_hosts/..., from TF_CONFIG, or from
+--cluster_file. Every task exits by itself when training is done: 0 on
+success, 2 on bad input (one line on stderr), see ps_toolkit/errors.py.
+"""
+
+import os
+import sys
+import tempfile
+
+from absl import app, flags, logging
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+from ps_toolkit import cli, preflight  # noqa: E402
+from ps_toolkit.cluster import ClusterConfig  # noqa: E402
+from ps_toolkit.train_config import TrainConfig  # noqa: E402
+
+cli.define_cluster_flags()
+cli.define_training_flags()
+_PS_ORPHAN_TIMEOUT = flags.DEFINE_float(
+    "ps_orphan_timeout_secs", 300.0, "A ps exits (status 3) when no unfinished worker was reachable this long."
+)
+
+
+def default_checkpoint_dir(cluster: ClusterConfig) -> str:
+    """A per-cluster folder, so a restarted chief finds its checkpoints again."""
+    chief_job, chief_index = cluster.chief_task
+    chief = cluster.jobs[chief_job][chief_index].replace(":", "_").replace("/", "_")
+    return os.path.join(tempfile.gettempdir(), "ps_toolkit", f"checkpoints-{chief}")
+
+
+def run(cluster: ClusterConfig, config: TrainConfig) -> None:
+    # TensorFlow is imported only once the input is known to be good: a typo
+    # in a flag is reported in milliseconds, not after a 3-second import.
+    from ps_toolkit import runner
+
+    if cluster.task_type == "evaluator":
+        runner.run_evaluator(cluster, config)
+        return
+    runner.run_server_task(cluster, config, ps_orphan_timeout_secs=_PS_ORPHAN_TIMEOUT.value)
+
+
+def main(argv):
+    if len(argv) > 1:
+        cli.fail(f"unexpected arguments {' '.join(argv[1:])!r}; flags look like --name=value")
+    with cli.user_errors():
+        cluster = cli.cluster_from_flags(os.environ.get("TF_CONFIG"))
+        config = cli.train_config_from_flags()
+        if config.checkpoint_dir is None:
+            config = cli.with_checkpoint_dir(config, default_checkpoint_dir(cluster))
+        config.validate(cluster)
+        preflight.check_task_can_start(cluster)
+        logging.info("%s of %s; checkpoints in %s", cluster.device, cluster.source, config.checkpoint_dir)
+        run(cluster, config)
+
+
+if __name__ == "__main__":
+    app.run(main, flags_parser=cli.parse_flags_or_exit)

@@ -1,0 +1,28 @@
+"""Installs ps_toolkit: `pip install -e .` (add `[test]` for the test tools)."""
+
+import pathlib
+
+from setuptools import find_packages, setup
+
+setup(
+    name="ps_toolkit",
+    version="0.1.0",
+    description="TF1-style parameter-server training (between-graph replication) on today's TensorFlow",
+    long_description=pathlib.Path(__file__).with_name("README.md").read_text(encoding="utf-8"),
+    long_description_content_type="text/markdown",
+    python_requires=">=3.10",
+    packages=find_packages(include=["ps_toolkit", "ps_toolkit.*"]),
+    package_data={"ps_toolkit": ["embedded_digits/*.gz"]},
+    install_requires=[
+        "tensorflow>=2.16",
+        # The maintained legacy Keras: restores tf.compat.v1.layers for old scripts.
+        "tf-keras",
+        "absl-py",
+        "psutil",
+        # Charts of loss and steps/s in the launcher's run folder.
+        "matplotlib",
+    ],
+    extras_require={
+        "test": ["pytest", "pytest-timeout", "ruff"],
+    },
+)

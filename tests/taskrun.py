@@ -1,0 +1,111 @@
+"""Test helper: run the tasks of a cluster as real processes, bounded, and always clean up."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+
+from ps_toolkit.ports import reserve_ports
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+RUN_TASK = os.path.join(REPO, "scripts", "run_task.py")
+
+
+@dataclasses.dataclass
+class TaskOutcome:
+    name: str
+    command: list
+    returncode: int | None
+    stdout: str
+    stderr: str
+    ended_at: float
+
+    def describe(self) -> str:
+        return (
+            f"--- {self.name}: exit {self.returncode}\n$ {' '.join(self.command)}\n"
+            f"stdout (tail):\n{self.stdout[-3000:]}\nstderr (tail):\n{self.stderr[-3000:]}"
+        )
+
+    def result(self) -> dict:
+        """The task's last stdout line, parsed."""
+        lines = [line for line in self.stdout.splitlines() if line.strip()]
+        return json.loads(lines[-1])
+
+    def progress(self) -> list:
+        prefix = "ps_toolkit progress: "
+        return [json.loads(line[len(prefix) :]) for line in self.stdout.splitlines() if line.startswith(prefix)]
+
+
+def loopback_hosts(num_ps: int, num_workers: int) -> tuple[str, str, object]:
+    """Reserved ports as (--ps_hosts, --worker_hosts, reservation)."""
+    reservation = reserve_ports(num_ps + num_workers)
+    addresses = [f"localhost:{port}" for port in reservation.ports]
+    return ",".join(addresses[:num_ps]), ",".join(addresses[num_ps:]), reservation
+
+
+def python_command(script: str, *args: str) -> list:
+    return [sys.executable, script, *args]
+
+
+def run_tasks(commands: dict, *, timeout: float, env: dict | None = None, envs: dict | None = None) -> dict:
+    """Starts every command at once and waits, at most ``timeout`` seconds in all.
+
+    ``env`` is added to every task's environment, ``envs[name]`` to one task's.
+    Returns {name: TaskOutcome}. Whatever happens, every process group that
+    is still alive at the end is killed.
+    """
+    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", PYTHONUNBUFFERED="1", **(env or {}))
+    procs = {}
+    outcomes = {}
+    deadline = time.monotonic() + timeout
+    try:
+        for name, command in commands.items():
+            procs[name] = subprocess.Popen(
+                command,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                text=True,
+                env={**env, **(envs or {}).get(name, {})},
+                cwd=REPO,
+                start_new_session=True,
+            )
+        threads = [
+            threading.Thread(target=_collect, args=(name, commands[name], proc, deadline, outcomes))
+            for name, proc in procs.items()
+        ]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(max(0.1, deadline - time.monotonic()) + 20)
+    finally:
+        for proc in procs.values():
+            _kill_group(proc)
+    return outcomes
+
+
+def _collect(name, command, proc, deadline, outcomes) -> None:
+    """Waits for one process (each in its own thread, so exit times are exact)."""
+    try:
+        stdout, stderr = proc.communicate(timeout=max(0.1, deadline - time.monotonic()))
+    except subprocess.TimeoutExpired:
+        _kill_group(proc)
+        stdout, stderr = proc.communicate(timeout=10)
+        stderr += f"\n[killed by the test after its {deadline:.0f} deadline]"
+    outcomes[name] = TaskOutcome(name, command, proc.returncode, stdout, stderr, time.time())
+
+
+def _kill_group(proc: subprocess.Popen) -> None:
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+
+
+def describe_all(outcomes: dict) -> str:
+    return "\n".join(outcome.describe() for outcome in outcomes.values())

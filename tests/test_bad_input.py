@@ -1,0 +1,93 @@
+"""Bad input through scripts/run_task.py: one line naming the value and its source, exit 2, no traceback."""
+
+import json
+import os
+import socket
+
+import pytest
+
+from tests.taskrun import RUN_TASK, python_command, run_tasks
+
+OK_HOSTS = ["--ps_hosts=localhost:1", "--worker_hosts=localhost:2,localhost:3"]
+
+CASES = {
+    "task index not a number": (OK_HOSTS + ["--job_name=ps", "--task_index=abc"], {}, "task_index"),
+    "unknown flag": (OK_HOSTS + ["--job_name=ps", "--nonsense=1"], {}, "nonsense"),
+    "unknown job": (OK_HOSTS + ["--job_name=boss"], {}, "unknown job 'boss' from --job_name"),
+    "index out of range": (OK_HOSTS + ["--job_name=worker", "--task_index=7"], {}, "task index 7 from flags"),
+    "negative index": (OK_HOSTS + ["--job_name=worker", "--task_index=-1"], {}, "task index -1"),
+    "host without port": (["--ps_hosts=localhost", "--worker_hosts=localhost:2", "--job_name=ps"], {}, "'localhost'"),
+    "port zero": (["--ps_hosts=localhost:0", "--worker_hosts=localhost:2", "--job_name=ps"], {}, "port 0"),
+    "port too large": (["--ps_hosts=h:65536", "--worker_hosts=h:2", "--job_name=ps"], {}, "port 65536"),
+    "duplicate address": (["--ps_hosts=h:2", "--worker_hosts=h:2", "--job_name=ps"], {}, "h:2"),
+    "empty worker list": (["--ps_hosts=h:1", "--worker_hosts=", "--job_name=ps"], {}, "--worker_hosts"),
+    "tf_config not json": (["--job_name=ps"], {"TF_CONFIG": "{oops"}, "TF_CONFIG is not valid JSON"),
+    "tf_config without task": ([], {"TF_CONFIG": json.dumps({"cluster": {"worker": ["a:1"]}})}, "no 'task'"),
+    "tf_config string index": (
+        [],
+        {"TF_CONFIG": json.dumps({"cluster": {"worker": ["a:1"]}, "task": {"type": "worker", "index": "0"}})},
+        "task index '0'",
+    ),
+    "flags disagree with tf_config": (
+        ["--job_name=ps"],
+        {"TF_CONFIG": json.dumps({"cluster": {"worker": ["a:1"], "ps": ["b:1"]}, "task": {"type": "worker"}})},
+        "--job_name=ps disagrees with TF_CONFIG",
+    ),
+    "aggregate more than replicas": (
+        OK_HOSTS + ["--job_name=worker", "--sync_replicas", "--replicas_to_aggregate=3"],
+        {},
+        "--replicas_to_aggregate=3",
+    ),
+    "aggregate without sync": (
+        OK_HOSTS + ["--job_name=worker", "--replicas_to_aggregate=2"],
+        {},
+        "needs --sync_replicas",
+    ),
+    "zero train steps": (OK_HOSTS + ["--job_name=worker", "--train_steps=0"], {}, "--train_steps=0"),
+    "negative learning rate": (OK_HOSTS + ["--job_name=worker", "--learning_rate=-1"], {}, "--learning_rate=-1"),
+    "unknown model": (OK_HOSTS + ["--job_name=worker", "--model=resnet"], {}, "resnet"),
+    "unknown placement": (OK_HOSTS + ["--job_name=worker", "--placement=magic"], {}, "magic"),
+    "stray argument": (OK_HOSTS + ["--job_name=ps", "extra"], {}, "'extra'"),
+    "missing cluster file": (["--cluster_file=/nonexistent/c.json", "--job_name=ps"], {}, "/nonexistent/c.json"),
+}
+
+
+def assert_clean_failure(outcome, expected_text, exit_code=2):
+    detail = outcome.describe()
+    assert outcome.returncode == exit_code, detail
+    assert "Traceback" not in outcome.stderr, detail
+    error_lines = [line for line in outcome.stderr.splitlines() if "run_task.py: error: " in line]
+    assert len(error_lines) == 1, detail
+    assert expected_text in error_lines[0], detail
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_bad_input_is_one_line_and_exit_2(case, tmp_path):
+    args, env, expected = CASES[case]
+    args = args + [f"--checkpoint_dir={tmp_path}/ckpt"]
+    outcome = run_tasks({case: python_command(RUN_TASK, *args)}, timeout=60, env=env)[case]
+    assert_clean_failure(outcome, expected)
+    # Nothing touched: a rejected task never creates its checkpoint dir.
+    assert not os.path.exists(tmp_path / "ckpt"), outcome.describe()
+
+
+def test_port_already_in_use_is_caught_before_tensorflow(tmp_path):
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        args = [f"--ps_hosts=localhost:{port}", "--worker_hosts=localhost:2", "--job_name=ps"]
+        outcome = run_tasks({"ps": python_command(RUN_TASK, *args)}, timeout=60)["ps"]
+    assert_clean_failure(outcome, f"port {port}", exit_code=4)
+
+
+def test_missing_data_dir(tmp_path):
+    args = OK_HOSTS + ["--job_name=worker", f"--data_dir={tmp_path}/nope", f"--checkpoint_dir={tmp_path}/c"]
+    outcome = run_tasks({"w": python_command(RUN_TASK, *args)}, timeout=60)["w"]
+    assert_clean_failure(outcome, f"{tmp_path}/nope")
+
+
+def test_unresolvable_host(tmp_path):
+    args = ["--ps_hosts=no-such-host.invalid:2222", "--worker_hosts=localhost:2", "--job_name=ps"]
+    outcome = run_tasks({"ps": python_command(RUN_TASK, *args)}, timeout=60)["ps"]
+    assert_clean_failure(outcome, "no-such-host.invalid")
