@@ -34,6 +34,7 @@ TRAINING_FLAG_NAMES = (
     "placement",
     "partition_variables",
     "seed",
+    "watchdog_secs",
 )
 
 
@@ -61,6 +62,9 @@ def define_training_flags() -> None:
     flags.DEFINE_boolean("partition_variables", False, "Split large variables along axis 0 across ps tasks.")
     flags.DEFINE_integer("seed", 0, "Base seed; each replica shuffles with its own derived seed.")
     flags.DEFINE_float("readiness_poll_secs", 1.0, "How often a non-chief checks whether the model is ready.")
+    flags.DEFINE_float(
+        "watchdog_secs", 300.0, "No global-step progress this long ends the task with status 200 (retryable); 0: off."
+    )
 
 
 def cluster_from_flags(tf_config: str | None) -> cluster_lib.ClusterConfig:
@@ -92,6 +96,7 @@ def train_config_from_flags() -> TrainConfig:
         partition_variables=FLAGS.partition_variables,
         seed=FLAGS.seed,
         readiness_poll_secs=FLAGS.readiness_poll_secs,
+        watchdog_secs=FLAGS.watchdog_secs,
         data_dir=FLAGS.data_dir,
     )
 

@@ -19,20 +19,23 @@ class ProgressHook(tf.compat.v1.train.SessionRunHook):
     """Records loss and global step each step; prints a progress line every few seconds.
 
     The lines (``ps_toolkit progress: {json}``) are what the local launcher
-    parses for its status line and charts. ``on_progress`` is called with
-    the global step after every step (the watchdog listens there).
+    parses for its status line and charts. Listeners are called with the
+    global step after every step (the watchdog listens there).
     """
 
-    def __init__(self, *, loss, global_step, job: str, task: int, every_secs: float = 2.0, on_progress=None):
+    def __init__(self, *, loss, global_step, job: str, task: int, every_secs: float = 2.0):
         self._loss = loss
         self._global_step = global_step
         self._job, self._task = job, task
         self._every_secs = every_secs
-        self._on_progress = on_progress
+        self._listeners = []
         self.local_steps = 0
         self.first_loss = None
         self.last_loss = None
         self.last_global_step = None
+
+    def add_listener(self, listener) -> None:
+        self._listeners.append(listener)
 
     def after_create_session(self, session, coord):
         self.last_global_step = int(session.run(self._global_step))
@@ -48,8 +51,8 @@ class ProgressHook(tf.compat.v1.train.SessionRunHook):
         if self.first_loss is None:
             self.first_loss = self.last_loss
         self.last_global_step = int(step)
-        if self._on_progress is not None:
-            self._on_progress(self.last_global_step)
+        for listener in self._listeners:
+            listener(self.last_global_step)
         now = time.monotonic()
         if now - self._mark[0] >= self._every_secs:
             self.emit(now)

@@ -49,3 +49,13 @@ def check_task_can_start(cluster: ClusterConfig) -> None:
     check_host_resolves(cluster)
     if cluster.task_type != "evaluator":
         check_port_free(cluster)
+
+
+def reachable(address: str, timeout: float = 0.3) -> bool:
+    """True if something accepts TCP connections at host:port."""
+    host, port = split_address(address, "cluster")
+    try:
+        with socket.create_connection((host, port), timeout=timeout):
+            return True
+    except OSError:
+        return False

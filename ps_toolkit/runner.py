@@ -33,7 +33,10 @@ def run_server_task(cluster: ClusterConfig, config: TrainConfig, *, ps_orphan_ti
     else:
         # Data first: a missing or corrupt data set is reported before any server starts.
         data = load_dataset(config.data_dir)
-        from ps_toolkit import training
+        from ps_toolkit import checkpoints, training
+
+        if cluster.is_chief:
+            checkpoints.prepare_checkpoint_dir(config.checkpoint_dir)
 
         session_config = server_lib.session_config(cluster)
         server = server_lib.start_server(cluster, session_config)

@@ -12,7 +12,6 @@ from __future__ import annotations
 import logging
 import os
 import queue
-import socket
 import threading
 import time
 
@@ -20,7 +19,7 @@ import tensorflow as tf
 
 from ps_toolkit.cluster import PS, ClusterConfig, split_address
 from ps_toolkit.errors import OrphanedError
-from ps_toolkit.preflight import check_host_resolves, check_port_free
+from ps_toolkit.preflight import check_host_resolves, check_port_free, reachable
 
 log = logging.getLogger(__name__)
 
@@ -140,7 +139,7 @@ def _wait_for_replicas(cluster: ClusterConfig, tokens: queue.Queue, orphan_timeo
         try:
             replica = tokens.get(timeout=poll_secs)
         except queue.Empty:
-            if any(_reachable(replicas_address(cluster, replicas[i])) for i in pending):
+            if any(reachable(replicas_address(cluster, replicas[i])) for i in pending):
                 last_seen = time.monotonic()
             elif time.monotonic() - last_seen > orphan_timeout_secs:
                 names = ", ".join(f"/job:{j}/task:{t}" for j, t in (replicas[i] for i in sorted(pending)))
@@ -196,12 +195,3 @@ class _DoneQueueDrain:
 def replicas_address(cluster: ClusterConfig, task: tuple[str, int]) -> str:
     job, index = task
     return cluster.jobs[job][index]
-
-
-def _reachable(address: str, timeout: float = 0.2) -> bool:
-    host, port = split_address(address, "cluster")
-    try:
-        with socket.create_connection((host, port), timeout=timeout):
-            return True
-    except OSError:
-        return False

@@ -32,6 +32,9 @@ class TrainConfig:
     partition_variables: bool = False  # split large variables across the ps tasks
     seed: int = 0
     readiness_poll_secs: float = 1.0
+    # No global-step progress for this long (session creation included) ends
+    # the task with the retryable status. 0 turns the watchdog off.
+    watchdog_secs: float = 0.0
     progress_every_secs: float = 2.0
     # MonitoredSession waits this long for its threads at close. TensorFlow's
     # 120 s default is what makes a sync chief hang at exit.

@@ -14,7 +14,7 @@ import time
 
 import tensorflow as tf
 
-from ps_toolkit import placement
+from ps_toolkit import checkpoints, placement
 from ps_toolkit.cluster import ClusterConfig
 from ps_toolkit.data import DataSplits, make_train_input
 from ps_toolkit.errors import ConfigError
@@ -28,6 +28,7 @@ from ps_toolkit.hooks import (
 from ps_toolkit.models import build_model
 from ps_toolkit.sessions import FastWorkerSessionCreator, LiveStateChiefSessionCreator
 from ps_toolkit.train_config import TrainConfig
+from ps_toolkit.watchdog import ProgressWatchdog
 
 log = logging.getLogger(__name__)
 
@@ -121,6 +122,16 @@ def _chief_saving_hooks(config: TrainConfig, graph: _Graph) -> list:
     ]
 
 
+def _step_dependency(cluster: ClusterConfig, config: TrainConfig) -> str:
+    """What a training step waits for, for the watchdog's message."""
+    if config.sync_replicas:
+        return (
+            f"gradients from {config.aggregate_count(cluster)} of {cluster.num_replicas} replicas "
+            "for each sync step (a replica may be dead or stalled)"
+        )
+    return "global-step updates through the ps tasks"
+
+
 def train(
     cluster: ClusterConfig,
     target: str,
@@ -144,8 +155,9 @@ def train(
             job=cluster.task_type,
             task=cluster.task_index,
             every_secs=config.progress_every_secs,
-            on_progress=on_progress,
         )
+        if on_progress is not None:
+            progress.add_listener(on_progress)
         hooks = [
             *graph.hooks,
             tf.compat.v1.train.StopAtStepHook(last_step=config.train_steps),
@@ -156,17 +168,23 @@ def train(
         if cluster.is_chief:
             hooks = _chief_saving_hooks(config, graph) + hooks + graph.chief_hooks
         creator = _session_creator(cluster, config, graph, target, session_config)
-        try:
-            with tf.compat.v1.train.MonitoredSession(
-                session_creator=creator, hooks=hooks, stop_grace_period_secs=config.stop_grace_secs
-            ) as session:
-                while not session.should_stop():
-                    session.run(graph.train_op)
-        except tf.compat.v1.train.NanLossDuringTrainingError:
-            raise ConfigError(
-                f"loss became NaN near global step {progress.last_global_step}; "
-                f"lower --learning_rate (was {config.effective_learning_rate})"
-            ) from None
+        waiting_for = "the chief to initialize or restore the model" if not cluster.is_chief else "the ps tasks"
+        with ProgressWatchdog(cluster, timeout_secs=config.watchdog_secs, waiting_for=waiting_for) as watchdog:
+            progress.add_listener(watchdog.beat)
+            if cluster.is_chief and config.checkpoint_dir:
+                checkpoints.check_ps_share_checkpoint_dir(cluster, target, config.checkpoint_dir, session_config)
+            try:
+                with tf.compat.v1.train.MonitoredSession(
+                    session_creator=creator, hooks=hooks, stop_grace_period_secs=config.stop_grace_secs
+                ) as session:
+                    watchdog.expect(_step_dependency(cluster, config))
+                    while not session.should_stop():
+                        session.run(graph.train_op)
+            except tf.compat.v1.train.NanLossDuringTrainingError:
+                raise ConfigError(
+                    f"loss became NaN near global step {progress.last_global_step}; "
+                    f"lower --learning_rate (was {config.effective_learning_rate})"
+                ) from None
         if progress.local_steps:
             progress.emit()
     return {

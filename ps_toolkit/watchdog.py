@@ -1,0 +1,94 @@
+"""A progress watchdog: a task that stops making progress ends, says why, and exits retryably.
+
+TensorFlow itself waits forever in several places: creating a session against
+an unreachable ps ("CreateSession still waiting"), a sync step short of
+replicas, a ps that never answers. The watchdog bounds them all: if the
+global step has not advanced for ``timeout_secs`` it logs what the task was
+waiting for, probes the peers it needs, and exits with EXIT_RETRYABLE, so a
+restart policy (the launcher's, Kubeflow's, Slurm's) can try again.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import sys
+import threading
+import time
+
+from ps_toolkit.cluster import PS, ClusterConfig
+from ps_toolkit.errors import EXIT_RETRYABLE
+from ps_toolkit.preflight import reachable
+
+log = logging.getLogger(__name__)
+
+
+class ProgressWatchdog:
+    """Ends the process unless ``beat()`` reports a new global step often enough.
+
+    Example:
+        with ProgressWatchdog(cluster, timeout_secs=120, waiting_for="a ready model") as dog:
+            ...  # session creation
+            dog.expect("global-step progress")
+            dog.beat(step)  # from a hook, after every step
+    """
+
+    def __init__(self, cluster: ClusterConfig, *, timeout_secs: float, waiting_for: str, exit_fn=None):
+        self._cluster = cluster
+        self._timeout = timeout_secs
+        self._waiting_for = waiting_for
+        self._exit = exit_fn or _exit_retryable
+        self._last_step = None
+        self._last_change = time.monotonic()
+        self._lock = threading.Lock()
+        self._stopped = threading.Event()
+        self._thread = threading.Thread(target=self._watch, name="progress-watchdog", daemon=True)
+
+    def expect(self, waiting_for: str) -> None:
+        """Names what the task waits for next; restarts the clock."""
+        with self._lock:
+            self._waiting_for = waiting_for
+            self._last_change = time.monotonic()
+
+    def beat(self, global_step: int) -> None:
+        with self._lock:
+            if global_step != self._last_step:
+                self._last_step = global_step
+                self._last_change = time.monotonic()
+
+    def __enter__(self) -> ProgressWatchdog:
+        if self._timeout and self._timeout > 0:
+            self._thread.start()
+        return self
+
+    def __exit__(self, *exc_info) -> None:
+        self._stopped.set()
+
+    def _watch(self) -> None:
+        while not self._stopped.wait(timeout=min(1.0, self._timeout / 4)):
+            with self._lock:
+                idle = time.monotonic() - self._last_change
+                waiting_for, step = self._waiting_for, self._last_step
+            if idle > self._timeout:
+                self._exit(self._message(idle, waiting_for, step))
+                return
+
+    def _message(self, idle: float, waiting_for: str, step) -> str:
+        at = f" at global step {step}" if step is not None else ""
+        unreachable = [
+            f"/job:{PS}/task:{i} ({a})" for i, a in enumerate(self._cluster.jobs.get(PS, ())) if not reachable(a)
+        ]
+        peers = f"; unreachable: {', '.join(unreachable)}" if unreachable else "; every ps answers"
+        return (
+            f"{self._cluster.device}: no progress for {idle:.0f}s{at} while waiting for {waiting_for}{peers}. "
+            f"Exiting with status {EXIT_RETRYABLE} (retryable)."
+        )
+
+
+def _exit_retryable(message: str) -> None:
+    """Exits from the watchdog thread: the main thread is stuck inside TensorFlow."""
+    log.error("%s", message)
+    sys.stderr.write(f"watchdog: {message}\n")
+    sys.stderr.flush()
+    sys.stdout.flush()
+    os._exit(EXIT_RETRYABLE)
