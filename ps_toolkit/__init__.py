@@ -1,3 +1,23 @@
-"""ps_toolkit: TF1-style parameter-server training on today's TensorFlow."""
+"""ps_toolkit: TF1-style parameter-server training on today's TensorFlow.
 
+The public API, re-exported on purpose. Importing this package does not
+import TensorFlow; the submodules that need it import it themselves.
+"""
+
+from ps_toolkit.cluster import ClusterConfig, resolve
+from ps_toolkit.errors import ConfigError, RetryableError, ToolkitError
+from ps_toolkit.local_cluster import InProcessCluster, LocalCluster, TaskFailedError
+from ps_toolkit.train_config import TrainConfig
+
+__all__ = [
+    "ClusterConfig",
+    "ConfigError",
+    "InProcessCluster",
+    "LocalCluster",
+    "RetryableError",
+    "TaskFailedError",
+    "ToolkitError",
+    "TrainConfig",
+    "resolve",
+]
 __version__ = "0.1.0"

@@ -10,9 +10,10 @@ import time
 
 import tensorflow as tf
 
+from ps_toolkit.task_output import PROGRESS_PREFIX
+
 log = logging.getLogger(__name__)
 
-PROGRESS_PREFIX = "ps_toolkit progress: "
 
 
 class ProgressHook(tf.compat.v1.train.SessionRunHook):

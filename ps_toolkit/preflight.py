@@ -18,6 +18,9 @@ def check_port_free(cluster: ClusterConfig) -> None:
     """
     _host, port = split_address(cluster.address, cluster.source)
     probe = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    # Like gRPC, ignore TIME_WAIT leftovers of a previous run on this port: a
+    # restarted ps must get its old address back. A live listener still fails.
+    probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     try:
         probe.bind(("", port))
     except OSError as err:

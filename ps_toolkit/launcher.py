@@ -1,0 +1,195 @@
+"""Local multi-process clusters: ports, run folder, signals, retries and the final report.
+
+``launch()`` is what ``scripts/launch_local.py`` calls: it reserves loopback
+ports, starts every task (see ``supervisor``), relaunches the whole cluster on
+fresh ports when a task finds its port taken, and at the end writes a summary
+table and a progress chart into the run folder.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import signal
+import socket
+import tempfile
+import threading
+from collections.abc import Mapping
+
+from ps_toolkit import charts
+from ps_toolkit.errors import EXIT_PORT_IN_USE, ConfigError
+from ps_toolkit.ports import reserve_ports
+from ps_toolkit.status import Console, summary_table
+from ps_toolkit.supervisor import Policy, Supervisor
+from ps_toolkit.task_plan import Topology, plan_tasks, task_env
+
+SUCCESS_POLICIES = ("chief", "all_workers")
+RESTART_POLICIES = ("never", "on-failure")
+CHART_FILE = "progress.png"
+SUMMARY_FILE = "summary.txt"
+
+
+@dataclasses.dataclass(frozen=True)
+class LaunchOptions:
+    """Everything one local run needs.
+
+    Example:
+        options = LaunchOptions(Topology(num_ps=1, num_workers=2), command=default_command(["--train_steps=200"]))
+        result = launch(options)
+        result.exit_code     # 0 when the chief finished with status 0
+    """
+
+    topology: Topology
+    command: tuple[str, ...]
+    log_dir: str | None = None
+    quiet: bool = False
+    success_policy: str = "chief"
+    grace_secs: float = 10.0
+    ps_grace_secs: float = 5.0
+    stop_grace_secs: float = 5.0
+    restart: str = "never"
+    max_restarts: int = 3
+    kills: tuple[tuple[str, int, float], ...] = ()
+    timeout_secs: float | None = None
+    port_attempts: int = 3
+    env: Mapping[str, str] | None = None
+
+    def __post_init__(self):
+        object.__setattr__(self, "command", tuple(self.command))
+        if not self.command:
+            raise ConfigError("the task command is empty")
+        if self.success_policy not in SUCCESS_POLICIES:
+            raise ConfigError(f"--success_policy={self.success_policy!r}; valid: {', '.join(SUCCESS_POLICIES)}")
+        if self.restart not in RESTART_POLICIES:
+            raise ConfigError(f"--restart={self.restart!r}; valid: {', '.join(RESTART_POLICIES)}")
+        for name in ("grace_secs", "ps_grace_secs", "stop_grace_secs", "max_restarts"):
+            if getattr(self, name) < 0:
+                raise ConfigError(f"--{name}={getattr(self, name)} is negative")
+        if self.timeout_secs is not None and self.timeout_secs <= 0:
+            raise ConfigError(f"--timeout_secs={self.timeout_secs} must be positive")
+        if self.port_attempts < 1:
+            raise ConfigError(f"port_attempts={self.port_attempts} must be at least 1")
+        jobs = self.topology.jobs_for_ports(range(1, self.topology.num_tasks + 1))
+        for job, index, _ in self.kills:
+            if index >= len(jobs.get(job, ())):
+                raise ConfigError(f"--kill={job}:{index}@...: the cluster has no task {job}:{index}")
+
+
+@dataclasses.dataclass(frozen=True)
+class RunResult:
+    """How a run ended: exit status, message, the summary rows and each task's final result."""
+
+    exit_code: int
+    message: str
+    log_dir: str
+    rows: tuple
+    results: Mapping[str, dict]
+
+    @property
+    def succeeded(self) -> bool:
+        return self.exit_code == 0
+
+
+def make_run_dir(log_dir: str | None) -> str:
+    """The run folder: ``log_dir`` (created if needed) or a fresh temporary one."""
+    if log_dir:
+        os.makedirs(log_dir, exist_ok=True)
+        return os.path.abspath(log_dir)
+    return tempfile.mkdtemp(prefix="ps_toolkit_run_")
+
+
+def launch(options: LaunchOptions, console: Console | None = None) -> RunResult:
+    """Runs a local cluster to its end and reports; see the module docstring."""
+    console = console or Console()
+    log_dir = make_run_dir(options.log_dir)
+    console.line(f"launcher: run folder {log_dir}")
+    policy = Policy(
+        success_policy=options.success_policy,
+        grace_secs=options.grace_secs,
+        ps_grace_secs=options.ps_grace_secs,
+        stop_grace_secs=options.stop_grace_secs,
+        restart=options.restart,
+        max_restarts=options.max_restarts,
+        kills=tuple(options.kills),
+        timeout_secs=options.timeout_secs,
+        retry_port_conflicts=not options.topology.explicit,
+    )
+    env = task_env(options.env)
+    with _signals_wake() as signal_fd:
+        for attempt in range(1, options.port_attempts + 1):
+            reservation = None if options.topology.explicit else reserve_ports(options.topology.num_tasks)
+            try:
+                jobs = options.topology.jobs_for_ports(reservation.ports if reservation else ())
+                plans = plan_tasks(jobs, options.command, base_env=env)
+                console.line("launcher: cluster " + ", ".join(f"{p.name}={p.address}" for p in plans))
+                supervisor = Supervisor(plans, log_dir=log_dir, policy=policy, console=console, quiet=options.quiet)
+                outcome = supervisor.run(signal_fd=signal_fd)
+            finally:
+                if reservation is not None:
+                    reservation.release()
+            if not outcome.port_conflict:
+                break
+            if attempt < options.port_attempts:
+                console.line(f"launcher: {outcome.message}; relaunching the cluster on new ports")
+        else:
+            outcome.message += f"; gave up after {options.port_attempts} attempts"
+            outcome.exit_code = EXIT_PORT_IN_USE
+    return _report(outcome, log_dir, console)
+
+
+def _report(outcome, log_dir: str, console: Console) -> RunResult:
+    table = summary_table(outcome.rows)
+    verdict = ("succeeded: " if outcome.succeeded else "FAILED: ") + outcome.message + _scores(outcome.outputs)
+    with open(os.path.join(log_dir, SUMMARY_FILE), "w", encoding="utf-8") as handle:
+        handle.write(table + "\n\n" + verdict + "\n")
+    chart = os.path.join(log_dir, CHART_FILE)
+    drawn = charts.write_progress_chart({n: o.progress for n, o in outcome.outputs.items()}, chart)
+    console.line(table)
+    if drawn:
+        console.line(f"launcher: chart {chart}")
+    console.line(f"launcher: logs in {log_dir}")
+    console.line(f"launcher: {verdict}")
+    results = {name: out.result for name, out in outcome.outputs.items() if out.result is not None}
+    return RunResult(outcome.exit_code, outcome.message, log_dir, tuple(outcome.rows), results)
+
+
+def _scores(outputs: Mapping) -> str:
+    """The chief's final loss and test accuracy, when its last line reported them."""
+    for name in ("chief:0", "worker:0"):
+        result = outputs[name].result if name in outputs else None
+        if result:
+            parts = [f"{key} {result[key]:.4g}" for key in ("final_loss", "test_accuracy") if key in result]
+            return f" ({', '.join(parts)})" if parts else ""
+    return ""
+
+
+class _signals_wake:
+    """Turns SIGINT/SIGTERM into bytes on a socket the event loop waits on.
+
+    Only the main thread can install handlers; elsewhere the fd is None and
+    the caller's own signal handling applies.
+    """
+
+    _SIGNALS = (signal.SIGINT, signal.SIGTERM)
+
+    def __enter__(self) -> int | None:
+        if threading.current_thread() is not threading.main_thread():
+            return None
+        self._reader, self._writer = socket.socketpair()
+        self._writer.setblocking(False)
+        self._old_fd = signal.set_wakeup_fd(self._writer.fileno(), warn_on_full_buffer=False)
+        self._old = {sig: signal.signal(sig, _ignore) for sig in self._SIGNALS}
+        return self._reader.fileno()
+
+    def __exit__(self, *exc_info) -> None:
+        if threading.current_thread() is not threading.main_thread():
+            return
+        for sig, handler in self._old.items():
+            signal.signal(sig, handler)
+        signal.set_wakeup_fd(self._old_fd)
+        self._reader.close()
+        self._writer.close()
+
+
+def _ignore(signum, frame) -> None:
+    """The wake-up fd carries the signal to the event loop; nothing to do here."""

@@ -1,0 +1,93 @@
+"""SyncReplicasOptimizer arithmetic on an in-process cluster, values worked out by hand.
+
+Modelled on TensorFlow's own sync_replicas_optimizer_test.py: one graph and one
+session per simulated worker, servers in this process, gradients fixed so the
+expected variables can be computed on paper.
+"""
+
+import threading
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from ps_toolkit import placement
+from ps_toolkit.local_cluster import InProcessCluster
+
+LEARNING_RATE = 2.0
+# Per worker: (gradient of var0, gradient of var1).
+GRADIENTS = [([0.1, 0.1], [0.2]), ([0.9, 0.9], [1.0]), ([0.5, 0.5], [0.3])]
+
+
+def build_worker(cluster, index, replicas_to_aggregate):
+    config = cluster.cluster_config("worker", index)
+    graph = tf.Graph()
+    with graph.as_default(), tf.compat.v1.device(placement.device_setter(config)):
+        global_step = tf.compat.v1.train.get_or_create_global_step()
+        var0 = tf.compat.v1.get_variable("var0", initializer=[0.0, 1.0])
+        var1 = tf.compat.v1.get_variable("var1", initializer=[2.0])
+        grad0, grad1 = (tf.constant(g) for g in GRADIENTS[index])
+        optimizer = tf.compat.v1.train.SyncReplicasOptimizer(
+            tf.compat.v1.train.GradientDescentOptimizer(LEARNING_RATE),
+            replicas_to_aggregate=replicas_to_aggregate,
+            total_num_replicas=config.num_replicas,
+        )
+        train_op = optimizer.apply_gradients([(grad0, var0), (grad1, var1)], global_step=global_step)
+        hook = optimizer.make_session_run_hook(config.is_chief, num_tokens=0)
+        session = tf.compat.v1.train.MonitoredTrainingSession(
+            master=cluster.targets["worker"][index],
+            is_chief=config.is_chief,
+            hooks=[hook],
+            config=tf.compat.v1.ConfigProto(device_filters=["/job:ps", config.device]),
+            stop_grace_period_secs=1,
+        )
+    return session, train_op, (global_step, var0, var1)
+
+
+def run_concurrently(steps):
+    """Runs one train step per (session, op), each in its own thread, with a bound."""
+    errors = []
+
+    def step(session, op):
+        try:
+            session.run(op)
+        except Exception as err:  # surfaced below
+            errors.append(err)
+
+    threads = [threading.Thread(target=step, args=pair, daemon=True) for pair in steps]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=60)
+    assert not any(t.is_alive() for t in threads), "a sync step did not complete within 60 s"
+    assert not errors, errors
+
+
+@pytest.fixture
+def cluster():
+    with InProcessCluster(num_ps=1, num_workers=3) as local:
+        yield local
+
+
+def test_two_of_three_replicas_average_their_gradients(cluster):
+    workers = [build_worker(cluster, i, replicas_to_aggregate=2) for i in range(2)]
+    run_concurrently([(session, op) for session, op, _ in workers])
+    session, _, (global_step, var0, var1) = workers[0]
+    step, value0, value1 = session.run([global_step, var0, var1])
+    assert step == 1
+    # Mean of workers 0 and 1: var0 -= 2.0 * 0.5; var1 -= 2.0 * 0.6.
+    np.testing.assert_allclose(value0, [0.0 - 1.0, 1.0 - 1.0], rtol=1e-6)
+    np.testing.assert_allclose(value1, [2.0 - 1.2], rtol=1e-6)
+    for session, _, _ in workers:
+        session.close()
+
+
+def test_one_of_three_applies_each_gradient_alone(cluster):
+    """A backup-worker set-up: any single replica's gradient makes a step."""
+    chief_session, chief_op, (global_step, var0, var1) = build_worker(cluster, 0, replicas_to_aggregate=1)
+    run_concurrently([(chief_session, chief_op)])
+    step, value0, value1 = chief_session.run([global_step, var0, var1])
+    assert step == 1
+    np.testing.assert_allclose(value0, [0.0 - 0.2, 1.0 - 0.2], rtol=1e-6)
+    np.testing.assert_allclose(value1, [2.0 - 0.4], rtol=1e-6)
+    chief_session.close()
