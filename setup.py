@@ -23,6 +23,8 @@ setup(
         "matplotlib",
     ],
     extras_require={
-        "test": ["pytest", "pytest-timeout", "ruff"],
+        # PyYAML and jsonschema let the tests read and check the generated
+        # Kubernetes manifests with an independent parser; runtime needs neither.
+        "test": ["pytest", "pytest-timeout", "ruff", "pyyaml", "jsonschema"],
     },
 )

@@ -15,7 +15,8 @@ import sys
 from absl import flags
 
 from ps_toolkit import cluster as cluster_lib
-from ps_toolkit.errors import EXIT_CONFIG, ToolkitError
+from ps_toolkit import slurm
+from ps_toolkit.errors import EXIT_CONFIG, ConfigError, ToolkitError
 from ps_toolkit.train_config import MODEL_NAMES, PLACEMENT_STRATEGIES, TrainConfig
 
 FLAGS = flags.FLAGS
@@ -44,6 +45,10 @@ def define_cluster_flags() -> None:
     flags.DEFINE_string("job_name", None, "This task's job: ps, worker, chief or evaluator.")
     flags.DEFINE_integer("task_index", None, "This task's index within its job (default 0).")
     flags.DEFINE_string("cluster_file", None, "JSON file with the cluster ({'cluster': {...}} or a job map).")
+    flags.DEFINE_enum("cluster_from", None, ["slurm"], "slurm: the cluster of the srun step this task runs in.")
+    flags.DEFINE_integer("slurm_num_ps", 1, "--cluster_from=slurm: the first N ranks are ps, the rest workers.")
+    flags.DEFINE_string("slurm_roles", None, "--cluster_from=slurm: jobs in rank order instead, e.g. ps:1,worker:*.")
+    flags.DEFINE_integer("slurm_port_base", slurm.DEFAULT_BASE_PORT, "--cluster_from=slurm: first port on each node.")
 
 
 def define_training_flags() -> None:
@@ -68,6 +73,12 @@ def define_training_flags() -> None:
 
 
 def cluster_from_flags(tf_config: str | None) -> cluster_lib.ClusterConfig:
+    if FLAGS.cluster_from == "slurm":
+        names = ("ps_hosts", "worker_hosts", "chief_hosts", "evaluator_hosts", "job_name", "task_index", "cluster_file")
+        given = [f"--{name}" for name in names if FLAGS[name].value is not None] + ["TF_CONFIG"] * bool(tf_config)
+        if given:
+            raise ConfigError(f"--cluster_from=slurm takes the cluster from Slurm; do not also give {', '.join(given)}")
+        return slurm.cluster_from_slurm_env(os.environ, FLAGS.slurm_num_ps, FLAGS.slurm_port_base, FLAGS.slurm_roles)
     return cluster_lib.resolve(
         ps_hosts=FLAGS.ps_hosts,
         worker_hosts=FLAGS.worker_hosts,

@@ -317,6 +317,8 @@ def _validate(config: ClusterConfig) -> None:
                     f"address {address} from {where} is used twice: {seen[key]} and /job:{job}/task:{index}"
                 )
             seen[key] = f"/job:{job}/task:{index}"
+    if config.task_type == EVALUATOR and EVALUATOR not in config.jobs:
+        return  # Kubeflow's operator leaves the evaluator out of the cluster: it serves nothing
     if config.task_type not in config.jobs:
         raise ConfigError(
             f"job {config.task_type!r} from {where} is not in the cluster (jobs: {', '.join(config.jobs)})"

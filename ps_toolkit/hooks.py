@@ -15,7 +15,6 @@ from ps_toolkit.task_output import PROGRESS_PREFIX
 log = logging.getLogger(__name__)
 
 
-
 class ProgressHook(tf.compat.v1.train.SessionRunHook):
     """Records loss and global step each step; prints a progress line every few seconds.
 
@@ -100,12 +99,13 @@ class FinalEvaluationHook(tf.compat.v1.train.SessionRunHook):
 
 
 class SyncReleaseHook(tf.compat.v1.train.SessionRunHook):
-    """On the chief, at the end of sync training, frees replicas blocked on the token queue.
+    """At the end of sync training, frees the replicas still blocked on the token queue.
 
     Without it, once the chief stops aggregating, every other replica waits
-    forever for a sync token ("sync training hangs at the end"). The tokens
-    carry the final global step, so the released replicas see that training
-    is over and stop too.
+    forever for a sync token ("sync training hangs at the end"); and a replica
+    that took one token too many can leave the chief waiting for its last one.
+    Every replica runs it as it ends. The tokens carry the final global step,
+    so the released replicas see that training is over and stop too.
     """
 
     def __init__(self, release_op):
@@ -116,6 +116,53 @@ class SyncReleaseHook(tf.compat.v1.train.SessionRunHook):
             session.run(self._release_op, options=tf.compat.v1.RunOptions(timeout_in_ms=5000))
         except tf.errors.OpError as err:
             log.warning("could not release the sync replicas: %s", err.message.splitlines()[0])
+
+
+class SyncReplicasHook(tf.compat.v1.train.SessionRunHook):
+    """What ``SyncReplicasOptimizer.make_session_run_hook`` does, minus its recovery bug.
+
+    TensorFlow's hook starts the chief's aggregating queue runner with the
+    default close ops, so whenever the chief's session ends (a ps restart, a
+    network blip: MonitoredSession then re-creates it) the SHARED token queue
+    on the ps is closed for good, and the re-created session dies on "FIFOQueue
+    'sync_token_q' is closed". This hook's queue runner never closes the queue,
+    and treats the cancellation of its blocked step at session close as a
+    normal end, not an error.
+    """
+
+    def __init__(self, optimizer, is_chief: bool, num_tokens: int = -1):
+        self._optimizer = optimizer
+        self._is_chief = is_chief
+        self._num_tokens = num_tokens
+
+    def begin(self):
+        optimizer = self._optimizer
+        self._ready_for_local_init_op = optimizer.ready_for_local_init_op
+        self._queue_runner = self._init_tokens_op = None
+        if self._is_chief:
+            self._local_init_op = optimizer.chief_init_op
+            stock = optimizer.get_chief_queue_runner()
+            self._queue_runner = tf.compat.v1.train.QueueRunner(
+                queue=stock.queue,
+                enqueue_ops=stock.enqueue_ops,
+                close_op=tf.no_op(name="keep_sync_token_queue_open"),
+                cancel_op=tf.no_op(name="keep_sync_token_queue_open_on_cancel"),
+                queue_closed_exception_types=(tf.errors.OutOfRangeError, tf.errors.CancelledError),
+            )
+            self._init_tokens_op = optimizer.get_init_tokens_op(self._num_tokens)
+        else:
+            self._local_init_op = optimizer.local_step_init_op
+
+    def after_create_session(self, session, coord):
+        not_ready = session.run(self._ready_for_local_init_op)
+        if len(not_ready):
+            names = ", ".join(v.decode() if isinstance(v, bytes) else str(v) for v in not_ready[:5])
+            raise RuntimeError(f"model not ready for the sync replicas' local init: {names}")
+        session.run(self._local_init_op)
+        if self._init_tokens_op is not None:
+            session.run(self._init_tokens_op)
+        if self._queue_runner is not None:
+            self._queue_runner.create_threads(session, coord=coord, daemon=True, start=True)
 
 
 def quiet_cancelled_queue_runners() -> None:

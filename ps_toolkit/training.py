@@ -22,7 +22,7 @@ from ps_toolkit.hooks import (
     FinalEvaluationHook,
     ProgressHook,
     SyncReleaseHook,
-    quiet_cancelled_queue_runners,
+    SyncReplicasHook,
     sync_release_op,
 )
 from ps_toolkit.models import build_model
@@ -41,7 +41,6 @@ class _Graph:
     train_op: tf.Operation
     loss: tf.Tensor
     hooks: list
-    chief_hooks: list
     evaluation: FinalEvaluationHook
     scaffold: tf.compat.v1.train.Scaffold
 
@@ -65,7 +64,7 @@ def build_graph(cluster: ClusterConfig, config: TrainConfig, data: DataSplits) -
         loss = tf.reduce_mean(tf.nn.sparse_softmax_cross_entropy_with_logits(labels=labels, logits=logits))
         tf.compat.v1.summary.scalar("loss", loss)
         optimizer = tf.compat.v1.train.GradientDescentOptimizer(config.effective_learning_rate)
-        hooks, chief_hooks = [input_hook], []
+        hooks = [input_hook]
         if config.sync_replicas:
             optimizer = tf.compat.v1.train.SyncReplicasOptimizer(
                 optimizer,
@@ -76,14 +75,14 @@ def build_graph(cluster: ClusterConfig, config: TrainConfig, data: DataSplits) -
         if config.sync_replicas:
             # Every replica needs the hook: it runs the local-step init and,
             # on the chief, the token init and the aggregating queue runner.
-            hooks.append(optimizer.make_session_run_hook(cluster.is_chief))
-            quiet_cancelled_queue_runners()
-            chief_hooks.append(SyncReleaseHook(sync_release_op(optimizer, global_step, 2 * cluster.num_replicas)))
+            # Release hooks go last, after the final evaluation.
+            hooks.append(SyncReplicasHook(optimizer, cluster.is_chief))
+            hooks.append(SyncReleaseHook(sync_release_op(optimizer, global_step, 2 * cluster.num_replicas)))
         evaluation = _evaluation_hook(config, data, partitioner)
     if cluster.is_chief:
         placement.log_placement_report(placement.placement_report(num_ps=cluster.num_ps), log)
     scaffold = tf.compat.v1.train.Scaffold(saver=tf.compat.v1.train.Saver(max_to_keep=5, sharded=True))
-    return _Graph(global_step, train_op, loss, hooks, chief_hooks, evaluation, scaffold)
+    return _Graph(global_step, train_op, loss, hooks, evaluation, scaffold)
 
 
 def _evaluation_hook(config: TrainConfig, data: DataSplits, partitioner) -> FinalEvaluationHook:
@@ -166,7 +165,7 @@ def train(
             graph.evaluation,
         ]
         if cluster.is_chief:
-            hooks = _chief_saving_hooks(config, graph) + hooks + graph.chief_hooks
+            hooks = _chief_saving_hooks(config, graph) + hooks
         creator = _session_creator(cluster, config, graph, target, session_config)
         waiting_for = "the chief to initialize or restore the model" if not cluster.is_chief else "the ps tasks"
         with ProgressWatchdog(cluster, timeout_secs=config.watchdog_secs, waiting_for=waiting_for) as watchdog:

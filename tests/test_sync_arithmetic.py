@@ -12,6 +12,7 @@ import pytest
 import tensorflow as tf
 
 from ps_toolkit import placement
+from ps_toolkit.hooks import SyncReplicasHook
 from ps_toolkit.local_cluster import InProcessCluster
 
 LEARNING_RATE = 2.0
@@ -33,7 +34,8 @@ def build_worker(cluster, index, replicas_to_aggregate):
             total_num_replicas=config.num_replicas,
         )
         train_op = optimizer.apply_gradients([(grad0, var0), (grad1, var1)], global_step=global_step)
-        hook = optimizer.make_session_run_hook(config.is_chief, num_tokens=0)
+        # The toolkit's hook: TF's own closes the shared token queue at session end.
+        hook = SyncReplicasHook(optimizer, config.is_chief, num_tokens=0)
         session = tf.compat.v1.train.MonitoredTrainingSession(
             master=cluster.targets["worker"][index],
             is_chief=config.is_chief,

@@ -1,0 +1,121 @@
+"""Builds the legacy ``tensorflow`` module (tf.compat.v1, TF 1.x names restored) and installs it in sys.modules.
+
+    from compat import legacy_tf
+    legacy_tf.install()          # before the old script's ``import tensorflow as tf``
+
+After ``install()``, ``import tensorflow as tf`` gives ``tf.compat.v1`` with
+v2 behaviour disabled, plus ``tf.contrib.training`` (the toolkit's placement
+strategies), ``tensorflow.examples.tutorials.mnist.input_data``, and session
+classes that start and end cleanly (``compat.supervision``). Any other name
+TF 2.21 lacks raises one line naming its replacement (``compat.removed``).
+Set ``TF_USE_LEGACY_KERAS=1`` before TensorFlow is first imported, or
+``tf.layers`` is missing (scripts/run_legacy.py does).
+"""
+
+from __future__ import annotations
+
+import importlib.abc
+import sys
+import types
+
+import tensorflow as _real_tf
+
+from compat import contrib, mnist_input_data, supervision, task_context
+from compat.removed import RemovedModuleError, RemovedSymbolError
+from ps_toolkit.hooks import quiet_cancelled_queue_runners
+
+_v1 = _real_tf.compat.v1
+# Packages that only exist in the legacy surface: importing a module below them that
+# is not provided is a removed module, not a missing file.
+_FAKE_PACKAGES = ("tensorflow.contrib", "tensorflow.examples", "tensorflow.estimator")
+
+
+class LegacyModule(types.ModuleType):
+    """A namespace: its own members, then ``base``'s, then a one-line RemovedSymbolError."""
+
+    def __init__(self, name: str, prefix: str, base, members: dict, fallback=None):
+        super().__init__(name)
+        self.__dict__.update(members)
+        self._base, self._prefix, self._fallback = base, prefix, fallback
+
+    def __getattr__(self, name: str):
+        if self._base is not None and hasattr(self._base, name):
+            return getattr(self._base, name)
+        if name.startswith("__"):
+            # Dunders (``__internal__``, ``__version__``) that libraries look up on ``tensorflow``.
+            if self._fallback is not None and hasattr(self._fallback, name):
+                return getattr(self._fallback, name)
+            raise AttributeError(name)
+        raise RemovedSymbolError(f"{self._prefix}{name}")
+
+    def __dir__(self):
+        return sorted(set(super().__dir__()) | set(dir(self._base) if self._base is not None else ()))
+
+
+def _examples() -> dict[str, types.ModuleType]:
+    mnist = LegacyModule(
+        "tensorflow.examples.tutorials.mnist", "examples.tutorials.mnist.", None, {"input_data": mnist_input_data}
+    )
+    tutorials = LegacyModule("tensorflow.examples.tutorials", "examples.tutorials.", None, {"mnist": mnist})
+    examples = LegacyModule("tensorflow.examples", "examples.", None, {"tutorials": tutorials})
+    for module in (mnist, tutorials, examples):
+        module.__path__ = []  # packages, so submodule imports reach _RemovedModuleFinder
+    return {
+        "tensorflow.examples": examples,
+        "tensorflow.examples.tutorials": tutorials,
+        "tensorflow.examples.tutorials.mnist": mnist,
+        "tensorflow.examples.tutorials.mnist.input_data": mnist_input_data,
+    }
+
+
+def build() -> tuple[LegacyModule, dict[str, types.ModuleType]]:
+    """The legacy ``tensorflow`` module and the submodules to register beside it. No side effects."""
+    train = LegacyModule(
+        "tensorflow.train",
+        "train.",
+        _v1.train,
+        {
+            "Server": task_context.Server,
+            "Supervisor": supervision.Supervisor,
+            "SessionManager": supervision.SessionManager,
+            "MonitoredTrainingSession": supervision.MonitoredTrainingSession,
+            "SyncReplicasOptimizer": supervision.SyncReplicasOptimizer,
+        },
+    )
+    submodules = {**_examples(), **contrib.MODULES}
+    members = {
+        "train": train,
+        "Session": supervision.Session,
+        "contrib": contrib.contrib,
+        "examples": submodules["tensorflow.examples"],
+        # The real package: tf_keras and TF itself run ``import tensorflow.compat.v2 as tf``.
+        "compat": _real_tf.compat,
+        "__path__": _real_tf.__path__,
+        "__version__": _real_tf.__version__,
+    }
+    legacy = LegacyModule("tensorflow", "", _v1, members, fallback=_real_tf)
+    return legacy, {"tensorflow.train": train, **submodules}
+
+
+class _RemovedModuleFinder(importlib.abc.MetaPathFinder):
+    """Turns ``import tensorflow.contrib.slim`` (and the like) into the one-line removed-module error."""
+
+    def find_spec(self, fullname, path=None, target=None):
+        below = any(fullname == package or fullname.startswith(package + ".") for package in _FAKE_PACKAGES)
+        if below and fullname not in sys.modules:
+            raise RemovedModuleError(fullname[len("tensorflow.") :])
+        return None
+
+
+def install() -> LegacyModule:
+    """Makes ``import tensorflow`` return the legacy module; idempotent. Disables v2 behaviour."""
+    current = sys.modules.get("tensorflow")
+    if isinstance(current, LegacyModule):
+        return current
+    _v1.disable_v2_behavior()
+    quiet_cancelled_queue_runners()
+    legacy, submodules = build()
+    sys.modules.update(submodules)
+    sys.modules["tensorflow"] = legacy
+    sys.meta_path.insert(0, _RemovedModuleFinder())
+    return legacy

@@ -1,0 +1,159 @@
+"""TF 1.x session machinery that starts and ends the way the scripts' authors hoped.
+
+- Non-chief replicas poll for a ready model every second, not TF 1.x's 30 s
+  (``Supervisor`` and ``SessionManager`` ``recovery_wait_secs``; the
+  ``MonitoredTrainingSession`` of a non-chief uses the toolkit's fast creator).
+- Stop grace periods are seconds, not 120 s, and a queue-runner thread still
+  blocked at stop is logged, not raised: the classic sync chief waited two
+  minutes at exit and then died with "Coordinator stopped with threads still
+  running".
+- When a replica's session ends, a ``SyncReplicasOptimizer`` graph puts spare
+  tokens in the sync token queue, so replicas still blocked on it (the chief
+  stopped aggregating, or a faster replica took their tokens) finish their
+  loops instead of waiting forever.
+- Every session of a worker or chief gets the task's device filters
+  (see ``task_context``).
+"""
+
+from __future__ import annotations
+
+import inspect
+import logging
+
+import tensorflow as tf
+
+from compat.task_context import filled_config
+from ps_toolkit.hooks import SyncReleaseHook, sync_release_op
+from ps_toolkit.sessions import FastWorkerSessionCreator
+
+_v1 = tf.compat.v1
+log = logging.getLogger(__name__)
+
+READINESS_POLL_SECS = 1.0
+STOP_GRACE_SECS = 2.0
+# Tokens put in the queue when a replica ends: enough for the others to run
+# out their remaining steps (each step takes one).
+RELEASE_TOKENS = 1 << 16
+_RELEASE_COLLECTION = "ps_toolkit_compat_sync_release"
+_RELEASE_TIMEOUT_MS = 5000
+
+
+class SyncReplicasOptimizer(_v1.train.SyncReplicasOptimizer):
+    """``tf.train.SyncReplicasOptimizer`` whose graph can release blocked replicas at the end."""
+
+    def apply_gradients(self, grads_and_vars, global_step=None, name=None):
+        train_op = super().apply_gradients(grads_and_vars, global_step=global_step, name=name)
+        if global_step is not None:  # TF itself raises without one
+            # Built now: Supervisor and MonitoredSession finalize the graph before training.
+            _v1.add_to_collection(_RELEASE_COLLECTION, sync_release_op(self, global_step, RELEASE_TOKENS))
+        return train_op
+
+
+def release_ops(graph) -> list:
+    return graph.get_collection(_RELEASE_COLLECTION)
+
+
+def release_sync_replicas(session) -> None:
+    """Puts spare tokens in every sync token queue of the session's graph. Bounded; never raises."""
+    ops = release_ops(session.graph)
+    if not ops or session._closed:  # noqa: SLF001 -- a closed session cannot run anything
+        return
+    try:
+        session.run(ops, options=_v1.RunOptions(timeout_in_ms=_RELEASE_TIMEOUT_MS))
+    except (tf.errors.OpError, RuntimeError) as err:
+        log.warning("could not release the sync replicas: %s", str(err).splitlines()[0])
+
+
+def _release_on_close(session):
+    """Makes ``session.close()`` (and so ``with session:``) release sync replicas first."""
+    original_close = session.close
+
+    def close():
+        release_sync_replicas(session)
+        original_close()
+
+    session.close = close
+    return session
+
+
+class Session(_v1.Session):
+    """``tf.Session`` with the task's device filters, releasing sync replicas when closed."""
+
+    def __init__(self, target="", graph=None, config=None):
+        super().__init__(target, graph=graph, config=filled_config(config))
+
+    def close(self):
+        release_sync_replicas(self)
+        super().close()
+
+
+class SessionManager(_v1.train.SessionManager):
+    """``tf.train.SessionManager`` polling every second, with the task's device filters."""
+
+    def __init__(self, *args, **kwargs):
+        kwargs.setdefault("recovery_wait_secs", READINESS_POLL_SECS)
+        super().__init__(*args, **kwargs)
+
+    def prepare_session(self, master, *args, config=None, **kwargs):
+        return super().prepare_session(master, *args, config=filled_config(config), **kwargs)
+
+    def recover_session(self, master, *args, config=None, **kwargs):
+        return super().recover_session(master, *args, config=filled_config(config), **kwargs)
+
+    def wait_for_session(self, master, config=None, max_wait_secs=float("Inf")):
+        return super().wait_for_session(master, config=filled_config(config), max_wait_secs=max_wait_secs)
+
+
+class Supervisor(_v1.train.Supervisor):
+    """``tf.train.Supervisor`` that polls every second and stops in seconds.
+
+    Sessions it makes get the task's device filters and release blocked sync
+    replicas when closed.
+    """
+
+    def __init__(self, *args, **kwargs):
+        kwargs.setdefault("recovery_wait_secs", READINESS_POLL_SECS)
+        kwargs.setdefault("stop_grace_secs", STOP_GRACE_SECS)
+        super().__init__(*args, **kwargs)
+
+    def prepare_or_wait_for_session(self, master="", config=None, *args, **kwargs):
+        session = super().prepare_or_wait_for_session(master, filled_config(config), *args, **kwargs)
+        return _release_on_close(session)
+
+    def stop(self, threads=None, close_summary_writer=True, ignore_live_threads=True):
+        # A sync chief's aggregating queue runner is blocked on gradients that
+        # will never come: TF 1.x raised here after 120 s. It is logged instead,
+        # and the CancelledError it got when the session closed is no failure.
+        try:
+            super().stop(threads, close_summary_writer, ignore_live_threads)
+        except tf.errors.CancelledError as err:
+            log.info("a queue runner was cancelled when its session closed: %s", err.message.splitlines()[0])
+
+
+_MTS_SIGNATURE = inspect.signature(_v1.train.MonitoredTrainingSession)
+
+
+def MonitoredTrainingSession(*args, **kwargs):  # noqa: N802 -- TF 1.x's name
+    """``tf.train.MonitoredTrainingSession`` with short stop grace, fast non-chief polling and filters."""
+    arguments = _MTS_SIGNATURE.bind(*args, **kwargs).arguments
+    arguments["config"] = filled_config(arguments.get("config"))
+    arguments.setdefault("stop_grace_period_secs", STOP_GRACE_SECS)
+    graph = _v1.get_default_graph()
+    releases = release_ops(graph)
+    if releases:
+        arguments["hooks"] = [*(arguments.get("hooks") or []), SyncReleaseHook(releases)]
+    if arguments.get("is_chief", True):
+        return _v1.train.MonitoredTrainingSession(**arguments)
+    # TF's non-chief path, with a creator that polls every second instead of 30 s.
+    creator = FastWorkerSessionCreator(
+        arguments.get("scaffold") or _v1.train.Scaffold(),
+        arguments.get("master", ""),
+        arguments["config"],
+        readiness_poll_secs=READINESS_POLL_SECS,
+        max_wait_secs=arguments.get("max_wait_secs", 7200),
+    )
+    return _v1.train.MonitoredSession(
+        session_creator=creator,
+        hooks=arguments.get("hooks") or [],
+        stop_grace_period_secs=arguments["stop_grace_period_secs"],
+    )

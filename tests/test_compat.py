@@ -1,0 +1,145 @@
+"""The legacy TF 1.x surface: removed-symbol errors, the MNIST reader, and old scripts run through run_legacy.py."""
+
+import json
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+from fixtures_legacy.launch import RUN_LEGACY
+from fixtures_legacy.mnist_idx import write_digits_idx
+
+from compat import removed
+from ps_toolkit.errors import ConfigError
+
+FIXTURES = os.path.join(os.path.dirname(os.path.abspath(__file__)), "fixtures_legacy")
+
+
+def run_legacy(*args, timeout=90):
+    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2")
+    return subprocess.run([sys.executable, RUN_LEGACY, *args], capture_output=True, text=True, timeout=timeout, env=env)
+
+
+def explain(proc) -> str:
+    return f"exit {proc.returncode}\nstdout:\n{proc.stdout[-3000:]}\nstderr:\n{proc.stderr[-3000:]}"
+
+
+def test_removed_symbol_message_names_symbol_and_replacement():
+    assert removed.message("contrib.slim.nets") == (
+        "tf.contrib.slim.nets was removed from TensorFlow 2.21 and is not in the compat layer; "
+        "use the tf-slim package (pip install tf-slim) or tf.keras layers"
+    )
+    assert "ps_toolkit.estimator.train_and_evaluate" in removed.message("estimator.Estimator")
+    assert removed.replacement_for("no.such.thing") == removed.DEFAULT_REPLACEMENT
+    assert isinstance(removed.RemovedSymbolError("contrib.rnn"), AttributeError)
+    assert not isinstance(removed.RemovedModuleError("contrib.rnn"), ModuleNotFoundError)
+
+
+@pytest.fixture(scope="module")
+def digits_dir(tmp_path_factory):
+    return write_digits_idx(str(tmp_path_factory.mktemp("mnist")))
+
+
+def test_read_data_sets_splits_like_tf1(digits_dir):
+    from compat.mnist_input_data import read_data_sets
+
+    mnist = read_data_sets(digits_dir, one_hot=True)
+    assert (mnist.train.num_examples, mnist.validation.num_examples, mnist.test.num_examples) == (2485, 5000, 300)
+    assert mnist.test.images.shape == (300, 784) and mnist.test.images.dtype == np.float32
+    assert mnist.test.images.min() >= 0.0 and mnist.test.images.max() <= 1.0
+    assert mnist.test.labels.shape == (300, 10) and np.all(mnist.test.labels.sum(axis=1) == 1)
+    plain = read_data_sets(digits_dir, validation_size=0)
+    assert plain.train.num_examples == 7485 and plain.train.labels.shape == (7485,)
+
+
+def test_next_batch_covers_an_epoch_then_wraps(digits_dir):
+    from compat.mnist_input_data import read_data_sets
+
+    train = read_data_sets(digits_dir, validation_size=0, seed=3).train
+    seen = [train.next_batch(1497)[1] for _ in range(5)]
+    assert train.epochs_completed == 1
+    assert np.array_equal(np.sort(np.concatenate(seen)), np.sort(train.labels))
+    images, labels = train.next_batch(100)  # crosses into the second epoch without a short batch
+    assert images.shape == (100, 784) and labels.shape == (100,)
+
+
+def test_two_readers_without_a_seed_shuffle_differently(digits_dir):
+    from compat.mnist_input_data import read_data_sets
+
+    first, second = (read_data_sets(digits_dir, validation_size=0).train for _ in range(2))
+    assert not np.array_equal(first.next_batch(100)[1], second.next_batch(100)[1])
+
+
+def test_missing_mnist_files_are_one_clear_error(tmp_path):
+    from compat.mnist_input_data import read_data_sets
+
+    with pytest.raises(ConfigError, match=r"has no train-images-idx3-ubyte.gz; .*does not download"):
+        read_data_sets(str(tmp_path))
+    with pytest.raises(ConfigError, match=r"folder .*nowhere does not exist"):
+        read_data_sets(str(tmp_path / "nowhere"))
+
+
+def test_legacy_surface_under_run_legacy():
+    proc = run_legacy(os.path.join(FIXTURES, "surface_probe.py"), "--steps=5", "--job_name=worker", "--ps_hosts=a:1")
+    assert proc.returncode == 0, explain(proc)
+    report = json.loads(proc.stdout.strip().splitlines()[-1])
+    # tf.app.run parsed the script's own flag and left the undefined cluster flags to main().
+    assert report["steps"] == 5 and report["argv"] == ["--job_name=worker", "--ps_hosts=a:1"]
+    assert report["eager"] is False
+    assert report["layers_dense"] == [None, 3] and report["compat_v1_layers_dense"] == [None, 2]
+    assert report["contrib_training"] == [True, True, True] and report["read_data_sets"] is True
+    assert report["train"] == [
+        "Supervisor",
+        "SyncReplicasOptimizer",
+        "MonitoredTrainingSession",
+        "replica_device_setter",
+    ]
+    errors = report["errors"]
+    assert errors["tf.contrib.slim"].startswith("RemovedSymbolError: tf.contrib.slim was removed")
+    assert "ps_toolkit.estimator.train_and_evaluate" in errors["tf.estimator.Estimator"]
+    assert errors["import tensorflow.contrib.rnn"].startswith("RemovedModuleError: tf.contrib.rnn was removed")
+    assert "tf.compat.v1.layers" in errors["from tensorflow.contrib import layers"]
+    assert report["hasattr_contrib_slim"] is False
+
+
+def test_removed_symbol_ends_the_script_with_one_line_and_status_2():
+    proc = run_legacy(os.path.join(FIXTURES, "uses_removed.py"))
+    assert proc.returncode == 2, explain(proc)
+    assert proc.stderr.strip().splitlines()[-1] == "uses_removed.py: error: " + removed.message("contrib.slim")
+    assert "Traceback" not in proc.stderr
+
+
+def test_missing_mnist_ends_the_script_with_one_line_not_a_hang(tmp_path):
+    proc = run_legacy(os.path.join(FIXTURES, "reads_mnist.py"), str(tmp_path))
+    assert proc.returncode == 2, explain(proc)
+    assert "has no train-images-idx3-ubyte.gz" in proc.stderr.strip().splitlines()[-1]
+    assert "Traceback" not in proc.stderr
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [((), "usage: run_legacy.py SCRIPT.py [SCRIPT ARGS...]"), (("nowhere.py",), "script nowhere.py does not exist")],
+)
+def test_run_legacy_bad_usage_is_one_line_and_status_2(args, message):
+    proc = run_legacy(*args)
+    assert proc.returncode == 2 and proc.stderr == f"run_legacy.py: error: {message}\n", explain(proc)
+
+
+def test_replica_sessions_get_device_filters_unless_the_script_set_some():
+    import tensorflow as tf
+
+    from compat import task_context
+
+    try:
+        task_context.set_task("worker", 1)
+        original = tf.compat.v1.ConfigProto(allow_soft_placement=True)
+        filled = task_context.filled_config(original)
+        assert list(filled.device_filters) == ["/job:ps", "/job:worker/task:1"] and filled.allow_soft_placement
+        assert not original.device_filters  # the script's config is left alone
+        own = tf.compat.v1.ConfigProto(device_filters=["/job:worker"])
+        assert task_context.filled_config(own) is own
+        task_context.set_task("ps", 0)
+        assert task_context.filled_config(None) is None
+    finally:
+        task_context.set_task(None, None)

@@ -1,0 +1,220 @@
+"""Several hosts on one machine: one network namespace per task, wired to a bridge, running a real cluster.
+
+Root only. Every task has its own IP address in 10.213.0.0/24 and serves on
+port 2222, as on separate machines; the bridge lives in a namespace of its
+own, so nothing is added to the machine's own network. Latency (tc netem) and
+a bandwidth limit (tc tbf) are added where the kernel has them.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import os
+import secrets
+import shutil
+import signal
+import subprocess
+import sys
+
+import pytest
+
+from tests.taskrun import RUN_TASK, describe_all, run_tasks
+
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.root,
+    pytest.mark.timeout(180),
+    pytest.mark.skipif(os.geteuid() != 0, reason="network namespaces need root"),
+    pytest.mark.skipif(shutil.which("ip") is None, reason="iproute2 ('ip') is not installed"),
+]
+
+SUBNET = "10.213.0"  # exists only inside the test's namespaces
+# A fresh port per cluster: the last cluster's connections linger in TIME_WAIT on
+# its port, and run_task.py's preflight bind probe would call the port taken.
+PORTS = itertools.count(2222)
+TASKS = (("ps", 0), ("worker", 0), ("worker", 1))
+TRAIN_STEPS = 150
+CLUSTER_TIMEOUT_SECS = 150
+
+
+def ip(*args: str, check: bool = True) -> subprocess.CompletedProcess:
+    done = subprocess.run(["ip", *args], capture_output=True, text=True, timeout=20, check=False)
+    if check and done.returncode != 0:
+        raise RuntimeError(f"ip {' '.join(args)}: {done.stderr.strip()}")
+    return done
+
+
+class Namespaces:
+    """A 'switch' namespace holding a bridge, and one namespace per task joined to it by a veth pair."""
+
+    def __init__(self, count: int):
+        self.prefix = f"pstk-{secrets.token_hex(4)}"
+        self.switch = f"{self.prefix}-sw"
+        self.names = [f"{self.prefix}-t{i}" for i in range(count)]
+        self.addresses = [f"{SUBNET}.{i + 2}" for i in range(count)]
+
+    def create(self) -> Namespaces:
+        ip("netns", "add", self.switch)
+        ip("-n", self.switch, "link", "add", "br0", "type", "bridge")
+        ip("-n", self.switch, "link", "set", "br0", "up")
+        for i, (name, address) in enumerate(zip(self.names, self.addresses, strict=True)):
+            ip("netns", "add", name)
+            ip("-n", name, "link", "set", "lo", "up")
+            ip("-n", self.switch, "link", "add", f"p{i}", "type", "veth", "peer", "name", "eth0", "netns", name)
+            ip("-n", self.switch, "link", "set", f"p{i}", "master", "br0")
+            ip("-n", self.switch, "link", "set", f"p{i}", "up")
+            ip("-n", name, "addr", "add", f"{address}/24", "dev", "eth0")
+            ip("-n", name, "link", "set", "eth0", "up")
+        return self
+
+    def command(self, index: int, *command: str) -> list:
+        return ["ip", "netns", "exec", self.names[index], *command]
+
+    def set_hosts(self, entries: dict[str, str]) -> None:
+        """Names every namespace resolves: `ip netns exec` mounts /etc/netns/<name>/hosts over /etc/hosts."""
+        text = "127.0.0.1 localhost\n" + "".join(f"{address} {host}\n" for host, address in entries.items())
+        for name in self.names:
+            os.makedirs(f"/etc/netns/{name}", exist_ok=True)
+            with open(f"/etc/netns/{name}/hosts", "w", encoding="ascii") as handle:
+                handle.write(text)
+
+    def shape(self, qdisc: list) -> None:
+        for name in self.names:
+            subprocess.run(["tc", "-n", name, "qdisc", "replace", "dev", "eth0", "root", *qdisc], check=True)
+
+    def unshape(self) -> None:
+        for name in self.names:
+            subprocess.run(["tc", "-n", name, "qdisc", "del", "dev", "eth0", "root"], capture_output=True, check=False)
+
+    def remove(self) -> None:
+        """Kills whatever still runs inside, then deletes every namespace (their veths and bridge go too)."""
+        for name in [*self.names, self.switch]:
+            pids = ip("netns", "pids", name, check=False).stdout.split()
+            for pid in pids:
+                try:
+                    os.kill(int(pid), signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
+            ip("netns", "del", name, check=False)
+            shutil.rmtree(f"/etc/netns/{name}", ignore_errors=True)
+
+
+def qdisc_support(qdisc: list) -> str | None:
+    """None if this kernel accepts the qdisc, else why not (checked in a scratch namespace)."""
+    if shutil.which("tc") is None:
+        return "tc (iproute2) is not installed"
+    scratch = f"pstk-{secrets.token_hex(4)}-probe"
+    ip("netns", "add", scratch)
+    try:
+        ip("-n", scratch, "link", "set", "lo", "up")
+        done = subprocess.run(
+            ["tc", "-n", scratch, "qdisc", "add", "dev", "lo", "root", *qdisc], capture_output=True, text=True
+        )
+        return None if done.returncode == 0 else f"'tc qdisc add ... {' '.join(qdisc)}' fails: {done.stderr.strip()}"
+    finally:
+        ip("netns", "del", scratch, check=False)
+
+
+@pytest.fixture(scope="module")
+def namespaces():
+    spaces = Namespaces(len(TASKS))
+    try:
+        yield spaces.create()
+    finally:
+        spaces.remove()
+
+
+def fresh_addresses(spaces: Namespaces) -> list[str]:
+    """host:port of every task, all on one new port, as a cluster of separate machines would be."""
+    port = next(PORTS)
+    return [f"{address}:{port}" for address in spaces.addresses]
+
+
+def run_cluster(spaces: Namespaces, tmp_path, *, addresses: list[str], envs=None, flags=()) -> dict:
+    """Runs ps 0, worker 0, worker 1, each in its own namespace, until they end by themselves."""
+    hosts = {"ps": addresses[:1], "worker": addresses[1:]}
+    common = [f"--checkpoint_dir={tmp_path}/ckpt", f"--train_steps={TRAIN_STEPS}", "--ps_orphan_timeout_secs=60"]
+    commands = {}
+    for index, (job, task) in enumerate(TASKS):
+        cluster_flags = [] if envs else [f"--{j}_hosts={','.join(h)}" for j, h in hosts.items()]
+        task_flags = [] if envs else [f"--job_name={job}", f"--task_index={task}"]
+        commands[f"{job}:{task}"] = spaces.command(
+            index, sys.executable, RUN_TASK, *cluster_flags, *task_flags, *common, *flags
+        )
+    return run_tasks(commands, timeout=CLUSTER_TIMEOUT_SECS, envs=envs)
+
+
+def check_trained(outcomes: dict) -> float:
+    """Asserts every task ended with 0 and the workers reached the last step; returns the chief's steps/s."""
+    report = describe_all(outcomes)
+    assert all(o.returncode == 0 for o in outcomes.values()), report
+    assert outcomes["ps:0"].result()["replicas_done"] == 2, report
+    for name in ("worker:0", "worker:1"):
+        result = outcomes[name].result()
+        assert result["global_step"] >= TRAIN_STEPS and result["local_steps"] > 0, report
+        # Every worker evaluates the shared final model; a late joiner's own first loss says little.
+        assert result["test_accuracy"] > 0.8, report
+    progress = outcomes["worker:0"].progress()
+    if len(progress) >= 2 and progress[-1]["time"] > progress[0]["time"]:
+        return (progress[-1]["global_step"] - progress[0]["global_step"]) / (progress[-1]["time"] - progress[0]["time"])
+    result = outcomes["worker:0"].result()
+    return result["global_step"] / result["seconds"]
+
+
+@pytest.fixture(scope="module")
+def baseline_rate(namespaces, tmp_path_factory):
+    """Steps/s of the unshaped cluster, measured once for the shaped runs to compare with."""
+    outcomes = run_cluster(namespaces, tmp_path_factory.mktemp("baseline"), addresses=fresh_addresses(namespaces))
+    return outcomes, check_trained(outcomes)
+
+
+def test_one_ps_two_workers_on_three_hosts(baseline_rate, namespaces):
+    outcomes, rate = baseline_rate
+    # Each task served on its own non-loopback address, and warned what that means.
+    for outcome in outcomes.values():
+        assert "no authentication" in outcome.stderr, outcome.describe()
+    print(f"\n[netns] 1 ps + 2 workers on {', '.join(namespaces.addresses)}: {rate:.1f} steps/s")
+
+
+SHAPES = {
+    "20 ms latency (netem)": ["netem", "delay", "20ms"],
+    # At most ~8 steps/s: every step pulls the 31 KB of softmax weights through the ps link.
+    "2 Mbit/s (tbf)": ["tbf", "rate", "2mbit", "burst", "32kb", "latency", "400ms"],
+}
+
+
+@pytest.mark.parametrize("label", list(SHAPES))
+def test_training_completes_on_a_shaped_network(label, baseline_rate, namespaces, tmp_path):
+    qdisc = SHAPES[label]
+    reason = qdisc_support(qdisc)
+    if reason:
+        pytest.skip(f"{label}: this kernel cannot shape traffic that way: {reason}")
+    _, base = baseline_rate
+    namespaces.shape(qdisc)
+    try:
+        outcomes = run_cluster(namespaces, tmp_path, addresses=fresh_addresses(namespaces))
+    finally:
+        namespaces.unshape()
+    rate = check_trained(outcomes)
+    print(f"\n[netns] {label} on every host's link: {rate:.1f} steps/s (unshaped: {base:.1f} steps/s)")
+
+
+def test_kubeflow_tf_config_with_service_dns_names(namespaces, tmp_path):
+    """TF_CONFIG exactly as the Kubeflow operator writes it: per-pod Service names, port 2222, 'cloud'."""
+    names = {"mnist-ps-0.default.svc": namespaces.addresses[0]}
+    names.update({f"mnist-worker-{i}.default.svc": namespaces.addresses[i + 1] for i in range(2)})
+    namespaces.set_hosts(names)
+    # The operator gives every replica port 2222; a fresh port here, for the reason PORTS says.
+    port = next(PORTS)
+    cluster = {
+        "ps": [f"mnist-ps-0.default.svc:{port}"],
+        "worker": [f"mnist-worker-{i}.default.svc:{port}" for i in range(2)],
+    }
+    envs = {}
+    for job, task in TASKS:
+        # Go's json.Marshal of the operator's TFConfig struct: compact, fields in declaration order.
+        payload = {"cluster": cluster, "task": {"type": job, "index": task}, "environment": "cloud"}
+        envs[f"{job}:{task}"] = {"TF_CONFIG": json.dumps(payload, separators=(",", ":"))}
+    outcomes = run_cluster(namespaces, tmp_path, addresses=[], envs=envs)
+    check_trained(outcomes)
