@@ -67,18 +67,30 @@ def start_server(cluster: ClusterConfig, config: tf.compat.v1.ConfigProto | None
         config=config,
         start=True,
     )
-    host, _ = split_address(cluster.address, cluster.source)
+    host, port = split_address(cluster.address, cluster.source)
     log.info("started %s at %s (target %s)", cluster.device, cluster.address, server.target)
-    if not _is_loopback(host):
-        log.warning(
-            "%s serves on %s: TensorFlow's gRPC server listens on EVERY interface, "
-            "with no authentication or encryption; anyone who can reach this port "
-            "can run operations here. Keep the cluster inside a private network "
-            "(see docs/deploy.md).",
-            cluster.device,
-            cluster.address,
-        )
+    log.warning("%s", security_warning(cluster.device, host, port))
     return server
+
+
+# Set by the local launcher when its tasks run inside a private network namespace.
+PRIVATE_NETWORK_ENV = "PS_TOOLKIT_PRIVATE_NETWORK"
+
+
+def security_warning(device: str, host: str, port: int) -> str:
+    """What a task says about its open port at start (TensorFlow binds every interface)."""
+    if os.environ.get(PRIVATE_NETWORK_ENV) == "1":
+        return f"{device} serves on port {port} inside a private network namespace: unreachable from outside it."
+    exposure = (
+        "EVERY interface of this machine, not only the loopback address the cluster names"
+        if _is_loopback(host)
+        else "EVERY interface of this machine"
+    )
+    return (
+        f"{device} serves on port {port} of {exposure}, with no authentication or encryption: "
+        "anyone who can reach it can run operations in this process (read files, for instance). "
+        "Keep the cluster inside a private network (docs/deploy.md)."
+    )
 
 
 def _is_loopback(host: str) -> bool:

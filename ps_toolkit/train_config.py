@@ -35,7 +35,7 @@ class TrainConfig:
     # No global-step progress for this long (session creation included) ends
     # the task with the retryable status. 0 turns the watchdog off.
     watchdog_secs: float = 0.0
-    progress_every_secs: float = 2.0
+    progress_every_secs: float = 1.0
     # MonitoredSession waits this long for its threads at close. TensorFlow's
     # 120 s default is what makes a sync chief hang at exit.
     stop_grace_secs: float = 0.25

@@ -1,11 +1,14 @@
 """Bad input through scripts/run_task.py: one line naming the value and its source, exit 2, no traceback."""
 
+import gzip
 import json
 import os
+import shutil
 import socket
 
 import pytest
 
+from ps_toolkit.data import EMBEDDED_DIGITS_DIR
 from tests.taskrun import RUN_TASK, python_command, run_tasks
 
 OK_HOSTS = ["--ps_hosts=localhost:1", "--worker_hosts=localhost:2,localhost:3"]
@@ -91,3 +94,39 @@ def test_unresolvable_host(tmp_path):
     args = ["--ps_hosts=no-such-host.invalid:2222", "--worker_hosts=localhost:2", "--job_name=ps"]
     outcome = run_tasks({"ps": python_command(RUN_TASK, *args)}, timeout=60)["ps"]
     assert_clean_failure(outcome, "no-such-host.invalid")
+
+
+def make_idx_dir(tmp_path, damage):
+    """A copy of the embedded digits' IDX files with one file damaged."""
+    data = tmp_path / "data"
+    shutil.copytree(EMBEDDED_DIGITS_DIR, data)
+    path = data / "train-images-idx3-ubyte.gz"
+    raw = gzip.decompress(path.read_bytes())
+    raw = raw[:-500] if damage == "truncated" else b"\x00\x00\x08\x07" + raw[4:]
+    path.write_bytes(gzip.compress(raw))
+    return data, path
+
+
+@pytest.mark.parametrize(
+    "damage, expected",
+    [("truncated", "is truncated or padded"), ("magic", "has magic number 0x00000807")],
+)
+def test_damaged_idx_file(tmp_path, damage, expected):
+    data, path = make_idx_dir(tmp_path, damage)
+    args = OK_HOSTS + ["--job_name=worker", f"--data_dir={data}", f"--checkpoint_dir={tmp_path}/c"]
+    outcome = run_tasks({"w": python_command(RUN_TASK, *args)}, timeout=90)["w"]
+    assert_clean_failure(outcome, expected)
+    assert str(path) in outcome.stderr
+
+
+def test_corrupted_checkpoints_are_refused_and_left_untouched(tmp_path):
+    ckpt = tmp_path / "ckpt"
+    ckpt.mkdir()
+    (ckpt / "model.ckpt-100.index").write_bytes(b"not an index")
+    (ckpt / "model.ckpt-100.data-00000-of-00001").write_bytes(b"\x01" * 64)
+    (ckpt / "checkpoint").write_text('model_checkpoint_path: "model.ckpt-100"\n')
+    before = {p.name: p.read_bytes() for p in ckpt.iterdir()}
+    args = OK_HOSTS + ["--job_name=worker", "--task_index=0", f"--checkpoint_dir={ckpt}"]
+    outcome = run_tasks({"chief": python_command(RUN_TASK, *args)}, timeout=90)["chief"]
+    assert_clean_failure(outcome, "holds checkpoints but none is readable")
+    assert {p.name: p.read_bytes() for p in ckpt.iterdir()} == before

@@ -66,28 +66,31 @@ def restart_and_wait_serving(local, job, index, timeout=60) -> float:
     return time.time()
 
 
-def last_saved_step(log_text: str, before: int | None = None) -> int:
-    steps = [int(s) for s in re.findall(r"Saving checkpoints for (\d+) into", log_text)]
-    return max(s for s in steps if before is None or s <= before)
+def last_saved_step(log_text: str) -> int:
+    return max(int(s) for s in re.findall(r"Saving checkpoints for (\d+) into", log_text))
 
 
 def test_kill_ps_and_restart_async(tmp_path):
     with cluster(tmp_path, 2, steps=1200) as local:
         chief = local.log_path("worker", 0)
-        before = logwatch.wait_for_step(chief, 300, timeout=120)
-        saved_before_kill = last_saved_step(logwatch.read_log(chief))
+        logwatch.wait_for_step(chief, 300, timeout=120)
+        killed_at = time.time()
         local.kill("ps", 0)
         restarted_at = restart_and_wait_serving(local, "ps", 0)
         after = logwatch.wait_for_step(chief, 1, timeout=60, after_time=restarted_at)
         other = logwatch.wait_for_step(local.log_path("worker", 1), 1, timeout=60, after_time=restarted_at)
         codes = local.wait(["worker", "ps"], timeout_secs=180)
         assert set(codes.values()) == {0}, codes
-        restored = re.findall(r"Restoring parameters from .*model\.ckpt-(\d+)", logwatch.read_log(chief))
-        assert restored and int(restored[-1]) == saved_before_kill, (restored, saved_before_kill)
+        text = logwatch.read_log(chief)
+        reached = max(r["global_step"] for r in logwatch.progress(chief) if r["time"] <= killed_at)
+        restored = [int(s) for s in re.findall(r"Restoring parameters from .*model\.ckpt-(\d+)", text)]
+        # The newest checkpoint saved before the kill is the one restored: at most one interval is lost.
+        assert restored, text[-3000:]
+        saved_before_kill = last_saved_step(text[: text.rfind("Restoring parameters")])
+        assert restored[-1] == saved_before_kill, (restored, saved_before_kill)
+        lost = max(0, reached - restored[-1])
         recovery = {"chief": after["time"] - restarted_at, "worker": other["time"] - restarted_at}
         assert max(recovery.values()) < RECOVERY_BOUND_SECS, recovery
-        lost = before["global_step"] - int(restored[-1])
-        assert lost <= CHECKPOINT_EVERY + (before["global_step"] - saved_before_kill), lost
         record("kill -9 ps, restarted (async)", recovery_secs=recovery, steps_rolled_back=lost)
 
 
