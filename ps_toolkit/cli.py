@@ -36,6 +36,7 @@ TRAINING_FLAG_NAMES = (
     "partition_variables",
     "seed",
     "watchdog_secs",
+    "steps_per_run",
 )
 
 
@@ -66,6 +67,7 @@ def define_training_flags() -> None:
     flags.DEFINE_enum("placement", "round_robin", list(PLACEMENT_STRATEGIES), "How variables go to ps tasks.")
     flags.DEFINE_boolean("partition_variables", False, "Split large variables along axis 0 across ps tasks.")
     flags.DEFINE_integer("seed", 0, "Base seed; each replica shuffles with its own derived seed.")
+    flags.DEFINE_integer("steps_per_run", None, "Async steps per session.run (in-graph loop); default 20, 1 if sync.")
     flags.DEFINE_float("readiness_poll_secs", 1.0, "How often a non-chief checks whether the model is ready.")
     flags.DEFINE_float(
         "watchdog_secs", 300.0, "No global-step progress this long ends the task with status 200 (retryable); 0: off."
@@ -107,6 +109,7 @@ def train_config_from_flags() -> TrainConfig:
         partition_variables=FLAGS.partition_variables,
         seed=FLAGS.seed,
         readiness_poll_secs=FLAGS.readiness_poll_secs,
+        steps_per_run=FLAGS.steps_per_run or (1 if FLAGS.sync_replicas else 20),
         watchdog_secs=FLAGS.watchdog_secs,
         data_dir=FLAGS.data_dir,
     )

@@ -23,7 +23,9 @@ class ProgressHook(tf.compat.v1.train.SessionRunHook):
     global step after every step (the watchdog listens there).
     """
 
-    def __init__(self, *, loss, global_step, job: str, task: int, every_secs: float = 2.0):
+    def __init__(self, *, loss, global_step, job: str, task: int, every_secs: float = 2.0, steps_in_run=None):
+        # With ps_toolkit.fast_path a run takes several steps; this tensor says how many.
+        self._steps_in_run = steps_in_run
         self._loss = loss
         self._global_step = global_step
         self._job, self._task = job, task
@@ -42,11 +44,14 @@ class ProgressHook(tf.compat.v1.train.SessionRunHook):
         self._mark = (time.monotonic(), self.last_global_step)
 
     def before_run(self, run_context):
-        return tf.compat.v1.train.SessionRunArgs([self._loss, self._global_step])
+        fetches = [self._loss, self._global_step]
+        if self._steps_in_run is not None:
+            fetches.append(self._steps_in_run)
+        return tf.compat.v1.train.SessionRunArgs(fetches)
 
     def after_run(self, run_context, run_values):
-        loss, step = run_values.results
-        self.local_steps += 1
+        loss, step, *steps_in_run = run_values.results
+        self.local_steps += int(steps_in_run[0]) if steps_in_run else 1
         self.last_loss = float(loss)
         if self.first_loss is None:
             self.first_loss = self.last_loss

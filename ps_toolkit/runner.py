@@ -43,9 +43,17 @@ def run_server_task(cluster: ClusterConfig, config: TrainConfig, *, ps_orphan_ti
         if cluster.is_chief:
             write_run_record(config.checkpoint_dir, cluster, config)
         result = training.train(cluster, server.target, config, data, session_config)
+        # Close the chief's summary writers now: nothing must depend on interpreter exit.
+        tf_summary_writers_flush()
         server_lib.signal_done(cluster, server.target)
     print_result(result)
     return result
+
+
+def tf_summary_writers_flush() -> None:
+    import tensorflow as tf
+
+    tf.compat.v1.summary.FileWriterCache.clear()
 
 
 def write_run_record(checkpoint_dir: str, cluster: ClusterConfig, config: TrainConfig) -> None:

@@ -39,6 +39,9 @@ class TrainConfig:
     # MonitoredSession waits this long for its threads at close. TensorFlow's
     # 120 s default is what makes a sync chief hang at exit.
     stop_grace_secs: float = 0.25
+    # Async steps per session.run, in an in-graph loop (ps_toolkit.fast_path): the
+    # per-run overhead (Python, hooks, RunStep, a RunGraph RPC per ps) is paid once.
+    steps_per_run: int = 1
 
     @property
     def effective_learning_rate(self) -> float:
@@ -51,7 +54,7 @@ class TrainConfig:
         """Raises ConfigError naming the first bad or contradictory setting."""
         if self.model not in MODEL_NAMES:
             raise ConfigError(f"unknown model {self.model!r} (from --model); valid: {', '.join(MODEL_NAMES)}")
-        for name in ("train_steps", "batch_size", "save_summaries_steps"):
+        for name in ("train_steps", "batch_size", "save_summaries_steps", "steps_per_run"):
             if getattr(self, name) <= 0:
                 raise ConfigError(f"--{name}={getattr(self, name)} must be positive")
         if self.learning_rate is not None and not self.learning_rate > 0:
@@ -66,6 +69,8 @@ class TrainConfig:
                     f"--replicas_to_aggregate={self.replicas_to_aggregate} must be between 1 and "
                     f"the number of training replicas, {cluster.num_replicas}"
                 )
+        if self.sync_replicas and self.steps_per_run != 1:
+            raise ConfigError(f"--steps_per_run={self.steps_per_run} needs async training; use 1 with --sync_replicas")
         if self.placement not in PLACEMENT_STRATEGIES:
             raise ConfigError(
                 f"unknown placement {self.placement!r} (from --placement); valid: {', '.join(PLACEMENT_STRATEGIES)}"

@@ -14,7 +14,7 @@ import time
 
 import tensorflow as tf
 
-from ps_toolkit import checkpoints, placement
+from ps_toolkit import checkpoints, fast_path, placement
 from ps_toolkit.cluster import ClusterConfig
 from ps_toolkit.data import DataSplits, make_train_input
 from ps_toolkit.errors import ConfigError
@@ -43,6 +43,7 @@ class _Graph:
     hooks: list
     evaluation: FinalEvaluationHook
     scaffold: tf.compat.v1.train.Scaffold
+    multi_step: fast_path.MultiStep | None = None  # when config.steps_per_run > 1
 
 
 def build_graph(cluster: ClusterConfig, config: TrainConfig, data: DataSplits) -> _Graph:
@@ -59,12 +60,13 @@ def build_graph(cluster: ClusterConfig, config: TrainConfig, data: DataSplits) -
             seed=config.seed,
         )
         partitioner = placement.variable_partitioner(cluster) if config.partition_variables else None
-        with tf.compat.v1.variable_scope("model"):
-            logits = build_model(config.model, images, partitioner)
-        loss = tf.reduce_mean(tf.nn.sparse_softmax_cross_entropy_with_logits(labels=labels, logits=logits))
-        tf.compat.v1.summary.scalar("loss", loss)
         optimizer = tf.compat.v1.train.GradientDescentOptimizer(config.effective_learning_rate)
         hooks = [input_hook]
+        if config.steps_per_run > 1:
+            return _multi_step_graph(cluster, config, data, global_step, images, labels, optimizer, hooks)
+        with tf.compat.v1.variable_scope("model"):
+            loss = _loss(labels, build_model(config.model, images, partitioner))
+        tf.compat.v1.summary.scalar("loss", loss)
         if config.sync_replicas:
             optimizer = tf.compat.v1.train.SyncReplicasOptimizer(
                 optimizer,
@@ -85,11 +87,36 @@ def build_graph(cluster: ClusterConfig, config: TrainConfig, data: DataSplits) -
     return _Graph(global_step, train_op, loss, hooks, evaluation, scaffold)
 
 
-def _evaluation_hook(config: TrainConfig, data: DataSplits, partitioner) -> FinalEvaluationHook:
-    """Test accuracy with the same (reused) model variables."""
+def _multi_step_graph(cluster, config, data, global_step, images, labels, optimizer, hooks) -> _Graph:
+    """Async training with ``config.steps_per_run`` steps per session.run (ps_toolkit.fast_path).
+
+    Called inside build_graph's device scope. Variables cannot be created in a
+    while loop, so the evaluation model creates them and the loop reuses them.
+    """
+    partitioner = placement.variable_partitioner(cluster) if config.partition_variables else None
+    evaluation = _evaluation_hook(config, data, partitioner, reuse=False)
+
+    def loss_fn():
+        with tf.compat.v1.variable_scope("model", reuse=True):
+            return _loss(labels, build_model(config.model, images, partitioner))
+
+    run = fast_path.multi_step(fast_path.sgd_step_fn(optimizer, global_step, loss_fn), config.steps_per_run)
+    tf.compat.v1.summary.scalar("loss", run.loss)
+    if cluster.is_chief:
+        placement.log_placement_report(placement.placement_report(num_ps=cluster.num_ps), log)
+    scaffold = tf.compat.v1.train.Scaffold(saver=tf.compat.v1.train.Saver(max_to_keep=5, sharded=True))
+    return _Graph(global_step, run.global_step.op, run.loss, hooks, evaluation, scaffold, run)
+
+
+def _loss(labels, logits):
+    return tf.reduce_mean(tf.nn.sparse_softmax_cross_entropy_with_logits(labels=labels, logits=logits))
+
+
+def _evaluation_hook(config: TrainConfig, data: DataSplits, partitioner, reuse=True) -> FinalEvaluationHook:
+    """Test accuracy with the model's variables (created here when ``reuse`` is False)."""
     images_in = tf.compat.v1.placeholder(tf.float32, [None, data.test_images.shape[1]], name="test_images")
     labels_in = tf.compat.v1.placeholder(tf.int64, [None], name="test_labels")
-    with tf.compat.v1.variable_scope("model", reuse=True):
+    with tf.compat.v1.variable_scope("model", reuse=reuse):
         logits = build_model(config.model, images_in, partitioner)
     accuracy = tf.reduce_mean(tf.cast(tf.equal(tf.argmax(logits, 1), labels_in), tf.float32))
     return FinalEvaluationHook(accuracy, images_in, labels_in, data.test_images, data.test_labels)
@@ -131,6 +158,16 @@ def _step_dependency(cluster: ClusterConfig, config: TrainConfig) -> str:
     return "global-step updates through the ps tasks"
 
 
+def _steps_feed(graph: _Graph, config: TrainConfig, cluster: ClusterConfig, progress: ProgressHook):
+    """How many steps the next run takes: fewer near the end, so the replicas stop near train_steps."""
+    if graph.multi_step is None:
+        return None
+    count = fast_path.steps_for_next_run(
+        progress.last_global_step or 0, config.train_steps, cluster.num_replicas, config.steps_per_run
+    )
+    return {graph.multi_step.num_steps: count}
+
+
 def train(
     cluster: ClusterConfig,
     target: str,
@@ -154,6 +191,7 @@ def train(
             job=cluster.task_type,
             task=cluster.task_index,
             every_secs=config.progress_every_secs,
+            steps_in_run=graph.multi_step.num_steps if graph.multi_step else None,
         )
         if on_progress is not None:
             progress.add_listener(on_progress)
@@ -178,7 +216,7 @@ def train(
                 ) as session:
                     watchdog.expect(_step_dependency(cluster, config))
                     while not session.should_stop():
-                        session.run(graph.train_op)
+                        session.run(graph.train_op, feed_dict=_steps_feed(graph, config, cluster, progress))
             except tf.compat.v1.train.NanLossDuringTrainingError:
                 raise ConfigError(
                     f"loss became NaN near global step {progress.last_global_step}; "

@@ -4,16 +4,22 @@
     python scripts/launch_local.py --num_ps=2 --num_workers=3 --sync_replicas --train_steps=500
     python scripts/launch_local.py --chief --evaluator -- python my_tf1_script.py --data_dir=/data
     python scripts/launch_local.py --restart=on-failure --kill=ps:0@5s   # a chaos drill
+    python scripts/launch_local.py --isolation=none    # plain loopback, ports reachable from this machine
 
 Without a command after ``--`` every task runs scripts/run_task.py with the
 training flags given here. With one, every task runs that command with
 ``--ps_hosts=... --worker_hosts=... --job_name=... --task_index=...`` appended
-and TF_CONFIG set. Exit status: 0 when the run succeeded under
+and TF_CONFIG set. TensorFlow's servers listen on every interface, unauthenticated,
+so by default (--isolation=auto) the tasks run in a private network namespace
+with only a loopback of its own (see ps_toolkit/netns.py); where none can be
+made the launcher says so in one warning line and uses this machine's loopback.
+Exit status: 0 when the run succeeded under
 --success_policy; otherwise the failed task's status (2 for bad flags here).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import sys
 
@@ -21,7 +27,7 @@ from absl import app, flags
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from ps_toolkit import launcher  # noqa: E402
+from ps_toolkit import launcher, netns  # noqa: E402
 from ps_toolkit.drills import parse_kill  # noqa: E402
 from ps_toolkit.errors import EXIT_CONFIG, ConfigError  # noqa: E402
 from ps_toolkit.task_plan import Topology, default_command, hosts_from_flags  # noqa: E402
@@ -47,6 +53,13 @@ _RESTART = flags.DEFINE_enum("restart", "never", launcher.RESTART_POLICIES, "Res
 _MAX_RESTARTS = flags.DEFINE_integer("max_restarts", 3, "Restarts allowed per task with --restart=on-failure.")
 _KILL = flags.DEFINE_multi_string("kill", [], "Chaos drill JOB:INDEX@SECONDS, e.g. ps:0@5s: SIGKILL it then.")
 _TIMEOUT = flags.DEFINE_float("timeout_secs", None, "Stop everything and fail if the run lasts longer.")
+_ISOLATION = flags.DEFINE_enum(
+    "isolation",
+    "auto",
+    ("auto", "netns", "none"),
+    "Run the tasks in a private network namespace, unreachable from outside it. auto: when possible, "
+    "else warn and use loopback; netns: required (exit 2 if impossible); none: plain loopback.",
+)
 
 # Passed through to scripts/run_task.py, only when given.
 _TRAIN_FLAGS = {
@@ -135,11 +148,42 @@ def _fail(message: str) -> None:
     sys.exit(EXIT_CONFIG)
 
 
+def _isolate(topology) -> dict[str, str]:
+    """Enters a private network namespace as --isolation says; the variables that tell the tasks."""
+    # Tasks inherit this environment: a value from an outer launch must not vouch for this one.
+    os.environ.pop(netns.PRIVATE_NETWORK_ENV, None)
+    if _ISOLATION.value == "none":
+        return {}
+    # The namespace has nothing but loopback: an address of a real interface would not exist in it.
+    outside = [a for hosts in (topology.hosts or {}).values() for a in hosts if not _is_loopback(a)]
+    try:
+        if outside:
+            raise netns.NamespaceUnavailable(f"{outside[0]} from --*_hosts is not a loopback address")
+        kind = netns.enter_private_network()
+    except netns.NamespaceUnavailable as err:
+        if _ISOLATION.value == "netns":
+            _fail(f"--isolation=netns: cannot isolate the tasks: {err}")
+        print(
+            f"launch_local.py: warning: no private network for the tasks ({err}): anyone who can reach "
+            "their ports can use them, every local user included (--isolation=none says this is intended)",
+            file=sys.stderr,
+        )
+        return {}
+    print(f"launch_local.py: the tasks run in a private {kind}; their ports are unreachable from outside it")
+    return {netns.PRIVATE_NETWORK_ENV: "1"}
+
+
+def _is_loopback(address: str) -> bool:
+    host = address.rsplit(":", 1)[0].strip("[]")
+    return host == "localhost" or host.startswith("127.") or host == "::1"
+
+
 def main(command: list[str]) -> int:
     try:
         options = _options(command)
     except ConfigError as err:
         _fail(str(err))
+    options = dataclasses.replace(options, env={**(options.env or {}), **_isolate(options.topology)})
     return launcher.launch(options).exit_code
 
 
