@@ -25,7 +25,6 @@ from tests import logwatch
 pytestmark = pytest.mark.slow
 CHECKPOINT_EVERY = 50
 RECOVERY_BOUND_SECS = 10
-NON_CHIEF_RECOVERY_BOUND_SECS = 45
 
 
 def record(row: str, **figures):
@@ -91,11 +90,7 @@ def test_kill_ps_and_restart_async(tmp_path):
         assert restored[-1] == saved_before_kill, (restored, saved_before_kill)
         lost = max(0, reached - restored[-1])
         recovery = {"chief": after["time"] - restarted_at, "worker": other["time"] - restarted_at}
-        assert recovery["chief"] < RECOVERY_BOUND_SECS, recovery
-        # The other worker usually recovers as fast (2.6 s measured), but on a
-        # loaded machine its old session's close has taken up to 39 s inside
-        # TensorFlow's RPC layer; docs/reliability.md reports it.
-        assert recovery["worker"] < NON_CHIEF_RECOVERY_BOUND_SECS, recovery
+        assert max(recovery.values()) < RECOVERY_BOUND_SECS, recovery
         record("kill -9 ps, restarted (async)", recovery_secs=recovery, steps_rolled_back=lost)
 
 
