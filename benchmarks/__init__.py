@@ -1,0 +1,1 @@
+"""The performance benchmark: reference systems, a bounded cluster runner, measurements, reports."""

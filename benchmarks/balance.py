@@ -1,0 +1,41 @@
+"""Placement balance of each model over the ps tasks, via ps_toolkit.placement.placement_report."""
+
+from __future__ import annotations
+
+import tensorflow as tf
+
+from ps_toolkit import placement
+from ps_toolkit.cluster import ClusterConfig
+from ps_toolkit.models import build_model
+
+
+def balance(model: str, num_ps: int, strategy: str, partition: bool = False) -> dict:
+    """Bytes per ps task and the imbalance (max/mean) of ``model`` placed by ``strategy``."""
+    cluster = ClusterConfig(
+        jobs={"ps": tuple(f"ps{i}:2222" for i in range(num_ps)), "worker": ("w0:2222",)},
+        task_type="worker",
+        task_index=0,
+    )
+    with tf.Graph().as_default() as graph:
+        with tf.compat.v1.device(placement.device_setter(cluster, strategy)):
+            tf.compat.v1.train.get_or_create_global_step()
+            images = tf.compat.v1.placeholder(tf.float32, [None, 784])
+            partitioner = placement.variable_partitioner(cluster) if partition else None
+            with tf.compat.v1.variable_scope("model"):
+                build_model(model, images, partitioner)
+        report = placement.placement_report(graph, num_ps=num_ps)
+    return {
+        "model": model,
+        "num_ps": num_ps,
+        "strategy": strategy + (" + partitioned" if partition else ""),
+        "bytes_per_task": list(report.bytes_per_task.values()),
+        "imbalance": round(report.imbalance, 3),
+    }
+
+
+def balance_table(models, num_ps: int = 2) -> list[dict]:
+    return [
+        balance(m, num_ps, s, p)
+        for m in models
+        for s, p in (("round_robin", False), ("greedy", False), ("round_robin", True))
+    ]

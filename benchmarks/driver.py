@@ -1,0 +1,99 @@
+"""Runs a benchmark plan: repetitions interleaved across systems, within a time budget, into records."""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import shutil
+import tempfile
+import time
+
+from benchmarks import measure, systems
+from benchmarks.cluster_run import ClusterRunError, run_cluster
+from benchmarks.synthetic import MODELS, write_idx_dir
+from ps_toolkit.ports import reserve_ports
+
+log = logging.getLogger(__name__)
+
+
+@dataclasses.dataclass(frozen=True)
+class Limits:
+    repetitions: int = 3
+    budget_s: float = 540.0  # no new repetition starts after this
+    run_timeout_s: float = 180.0
+    exit_grace_s: float = 10.0  # after training ends, a process still running this long is killed
+    measure_s: float = 4.0  # timing window of runs measured by time (the raw script)
+
+
+def run_plan(configs: list, limits: Limits) -> list[dict]:
+    """Runs every config ``limits.repetitions`` times, round by round, and summarizes each.
+
+    Round-robin order spreads the machine's noise over all systems alike.
+    A round that would start after the budget is skipped (every config gets
+    at least one run); each record says how many repetitions it has.
+    """
+    started = time.monotonic()
+    runs = {c: [] for c in configs}
+    failures = {c: [] for c in configs}
+    data_dir = write_idx_dir(tempfile.mkdtemp(prefix="ps_toolkit_bench_data_"))
+    try:
+        for round_index in range(limits.repetitions):
+            for config in configs:
+                if round_index and time.monotonic() - started > limits.budget_s:
+                    break
+                _run_into(config, limits, data_dir, runs, failures)
+    finally:
+        shutil.rmtree(data_dir, ignore_errors=True)
+    return [record(c, runs[c], failures[c]) for c in configs if runs[c]]
+
+
+def _run_into(config, limits: Limits, data_dir: str, runs: dict, failures: dict) -> None:
+    """One repetition of ``config``: its figures into ``runs``, or its failure's first line into ``failures``."""
+    try:
+        runs[config].append(run_once(config, limits, data_dir))
+    except (ClusterRunError, ValueError) as err:
+        log.warning("%s failed: %s", _label(config), str(err)[:2000])
+        failures[config].append(str(err).splitlines()[0])
+    if runs[config]:
+        log.info("%s: %s", _label(config), dataclasses.asdict(runs[config][-1]))
+
+
+def run_once(config: systems.Config, limits: Limits, data_dir: str) -> measure.RunFigures:
+    checkpoint_dir = tempfile.mkdtemp(prefix="ps_toolkit_bench_")
+    try:
+        # Held until every process has ended. Released before the servers bind (as
+        # it once was), a concurrent launch on this machine, such as another test
+        # run, could take the same port, and gRPC's SO_REUSEPORT lets two servers share it.
+        with reserve_ports(max(config.num_ports, 1)) as reservation:
+            options = {"timeout_s": limits.run_timeout_s, "exit_grace_s": limits.exit_grace_s}
+            options.update(systems.run_options(config, limits.measure_s))
+            task_list = systems.tasks(config, list(reservation.ports), checkpoint_dir, data_dir)
+            outcome = run_cluster(task_list, **options)
+        return measure.figures(outcome)
+    finally:
+        shutil.rmtree(checkpoint_dir, ignore_errors=True)
+
+
+def record(config: systems.Config, runs: list, failures: list) -> dict:
+    """One results.json record: the configuration, the summary, bytes and bandwidth."""
+    spec = MODELS[config.model]
+    summary = measure.summarize(runs)
+    moved = 0 if config.system == systems.SINGLE else spec.bytes_per_step
+    return {
+        "system": config.system,
+        "model": config.model,
+        "mode": config.mode,
+        "num_ps": config.num_ps,
+        "num_workers": config.num_workers,
+        **summary,
+        "variant": " ".join(config.extra_flags),
+        "train_steps": config.train_steps,
+        "bytes_per_step": moved,
+        "bandwidth_mb_s": measure.bandwidth(summary["steps_per_sec"], moved),
+        "failures": failures,
+    }
+
+
+def _label(config) -> str:
+    extra = f" {' '.join(config.extra_flags)}" if config.extra_flags else ""
+    return f"{config.system}{extra} {config.model} {config.mode} {config.num_ps}ps+{config.num_workers}w"

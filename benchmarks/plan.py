@@ -1,0 +1,42 @@
+"""Which configurations a benchmark run measures: ``--quick`` (the targets) or the full matrix."""
+
+from __future__ import annotations
+
+from benchmarks.systems import ASYNC, RAW, SINGLE, SYNC, TF2, TOOLKIT, TOOLKIT_1STEP, Config
+
+MODEL_NAMES = ("softmax", "mlp", "wide")
+# Global steps per run: a few seconds of training each on a 2-core machine.
+TRAIN_STEPS = {"softmax": 3000, "mlp": 1500, "wide": 300}
+TOPOLOGIES = ((1, 1), (1, 2), (2, 2))
+
+
+def quick(models=MODEL_NAMES, steps_scale: float = 1.0) -> list[Config]:
+    """The configurations the targets are stated for (1 ps + 2 workers), plus mlp sync and mlp one step per run."""
+    configs = []
+    for model in models:
+        steps = _steps(model, steps_scale)
+        configs += [Config(s, model, ASYNC, 1, 2, steps) for s in (TOOLKIT, RAW, TF2)]
+        configs.append(Config(SINGLE, model, ASYNC, 0, 1, steps))
+    mlp = "mlp" if "mlp" in models else models[0]  # the model the 50%-of-single target is stated for
+    configs += [Config(TOOLKIT_1STEP, mlp, ASYNC, 1, 2, _steps(mlp, steps_scale))]
+    configs += [Config(s, mlp, SYNC, 1, 2, _steps(mlp, steps_scale) // 2) for s in (TOOLKIT, RAW)]
+    return configs
+
+
+def full(models=MODEL_NAMES, steps_scale: float = 1.0) -> list[Config]:
+    """Every system on every model, topology and mode (TF2's strategy: async only)."""
+    configs = []
+    for model in models:
+        steps = _steps(model, steps_scale)
+        for num_ps, num_workers in TOPOLOGIES:
+            for mode in (ASYNC, SYNC):
+                mode_steps = steps if mode == ASYNC else steps // 2
+                # Sync runs one step per session.run whatever the system: no ps_toolkit_1step there.
+                systems = (TOOLKIT, RAW) + ((TOOLKIT_1STEP, TF2) if mode == ASYNC else ())
+                configs += [Config(s, model, mode, num_ps, num_workers, mode_steps) for s in systems]
+        configs.append(Config(SINGLE, model, ASYNC, 0, 1, steps))
+    return configs
+
+
+def _steps(model: str, scale: float) -> int:
+    return max(20, int(TRAIN_STEPS[model] * scale))

@@ -1,0 +1,155 @@
+"""Writes the benchmark's results: results.json, a Markdown table and a PNG chart."""
+
+from __future__ import annotations
+
+import json
+import os
+
+from benchmarks.systems import RAW, SINGLE, SYSTEMS, TF2, TOOLKIT
+
+RECORD_KEYS = (
+    "system",
+    "model",
+    "mode",
+    "num_ps",
+    "num_workers",
+    "steps_per_sec",
+    "min",
+    "max",
+    "startup_s",
+    "shutdown_s",
+)
+
+
+def write_json(records: list[dict], path: str, meta: dict) -> None:
+    missing = [k for r in records for k in RECORD_KEYS if k not in r]
+    if missing:
+        raise ValueError(f"result records lack {sorted(set(missing))}")
+    with open(path, "w", encoding="utf-8") as handle:
+        json.dump({"meta": meta, "results": records}, handle, indent=2)
+
+
+def _key(record) -> tuple:
+    return (record["model"], record["mode"], record["num_ps"], record["num_workers"])
+
+
+def _find(records, system, model, mode, num_ps, num_workers):
+    for r in records:
+        if r["system"] == system and _key(r) == (model, mode, num_ps, num_workers):
+            return r
+    return None
+
+
+def rate_cell(record) -> str:
+    if record is None:
+        return "-"
+    return f"{record['steps_per_sec']:g} ({record['min']:g}-{record['max']:g})"
+
+
+def _ratio(a, b) -> str:
+    if a is None or b is None or not b["steps_per_sec"]:
+        return "-"
+    return f"{a['steps_per_sec'] / b['steps_per_sec']:.2f}x"
+
+
+def _seconds(value) -> str:
+    return "killed" if value is None else f"{value:.2f}"
+
+
+def markdown_table(records: list[dict]) -> str:
+    """Steps/s per configuration and system (median, min-max), ps_toolkit's ratios, startup and shutdown."""
+    systems = [s for s in SYSTEMS if s != SINGLE and any(r["system"] == s for r in records)]
+    header = ["model", "mode", "ps+w", *systems, "toolkit/raw", "toolkit/tf2", "toolkit/single"]
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    for key in sorted({_key(r) for r in records if r["system"] != SINGLE}, key=_order):
+        model, mode, num_ps, num_workers = key
+        row = {s: _find(records, s, *key) for s in systems}
+        toolkit = row.get(TOOLKIT)
+        single = _find(records, SINGLE, model, "async", 0, 1)
+        cells = [model, mode, f"{num_ps}+{num_workers}", *(rate_cell(row[s]) for s in systems)]
+        cells += [_ratio(toolkit, row.get(RAW)), _ratio(toolkit, row.get(TF2)), _ratio(toolkit, single)]
+        lines.append("| " + " | ".join(cells) + " |")
+    singles = [r for r in records if r["system"] == SINGLE]
+    if singles:
+        lines += ["", "Single process, no servers: " + ", ".join(f"{r['model']} {rate_cell(r)}" for r in singles)]
+    lines += ["", _timing_table(records)]
+    return "\n".join(lines) + "\n"
+
+
+def _timing_table(records) -> str:
+    header = ["system", "model", "mode", "ps+w", "launch to first step (all / any), s", "last step to all exited, s"]
+    header += ["CPU ms/step (by task)", "MB/s moved", "accuracy"]
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    for r in sorted(records, key=lambda r: (_order(_key(r)), SYSTEMS.index(r["system"]))):
+        if r["system"] == SINGLE:
+            continue
+        cells = [r["system"], r["model"], r["mode"], f"{r['num_ps']}+{r['num_workers']}"]
+        cells += [f"{r['startup_s']:.1f} / {r.get('startup_first_s') or 0:.1f}", _seconds(r["shutdown_s"])]
+        cells += [cpu_cell(r), f"{r.get('bandwidth_mb_s') or 0:g}", str(r.get("accuracy"))]
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def cpu_cell(record) -> str:
+    """All tasks' CPU ms per step, then each task's: '10.2 (ps0 3.1, worker0 3.6, worker1 3.5)'."""
+    total = _number(record.get("cpu_ms_per_step"))
+    by_task = record.get("cpu_ms_per_step_by_task")
+    if not by_task:
+        return total
+    return f"{total} ({', '.join(f'{task} {_number(ms)}' for task, ms in by_task.items())})"
+
+
+def _number(value) -> str:
+    return "-" if value is None else f"{value:.2f}"
+
+
+def _order(key):
+    model, mode, num_ps, num_workers = key
+    models = ("softmax", "mlp", "wide")
+    return (models.index(model) if model in models else 9, mode, num_ps, num_workers)
+
+
+def write_chart(records: list[dict], path: str) -> None:
+    """Grouped bars: steps/s of each system per model (async, 1 ps + 2 workers), with min-max whiskers."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    models = [m for m in ("softmax", "mlp", "wide") if any(r["model"] == m for r in records)]
+    systems = [s for s in SYSTEMS if any(r["system"] == s for r in records)]
+    figure, axis = plt.subplots(figsize=(9, 4.5))
+    width = 0.8 / max(len(systems), 1)
+    for i, system in enumerate(systems):
+        values, errors = [], [[], []]
+        for model in models:
+            r = (
+                _find(records, system, model, "async", 0, 1)
+                if system == SINGLE
+                else _find(records, system, model, "async", 1, 2)
+            )
+            value = r["steps_per_sec"] if r else 0
+            values.append(value)
+            errors[0].append(value - r["min"] if r else 0)
+            errors[1].append(r["max"] - value if r else 0)
+        positions = [m + (i - (len(systems) - 1) / 2) * width for m in range(len(models))]
+        axis.bar(positions, values, width, yerr=errors, capsize=2, label=system)
+    axis.set_xticks(range(len(models)), models)
+    axis.set_yscale("log")
+    axis.set_ylabel("global steps/s (median, min-max)")
+    axis.set_title("async, 1 ps + 2 workers (single process: no servers)")
+    axis.legend(fontsize=8)
+    figure.tight_layout()
+    figure.savefig(path, dpi=110)
+    plt.close(figure)
+
+
+def write_all(records: list[dict], out_dir: str, meta: dict) -> dict:
+    """Writes results.json, results.md and results.png into ``out_dir``; returns their paths."""
+    os.makedirs(out_dir, exist_ok=True)
+    paths = {name: os.path.join(out_dir, f"results.{name}") for name in ("json", "md", "png")}
+    write_json(records, paths["json"], meta)
+    with open(paths["md"], "w", encoding="utf-8") as handle:
+        handle.write(markdown_table(records))
+    write_chart(records, paths["png"])
+    return paths

@@ -1,0 +1,98 @@
+"""The benchmarked systems: how each one's tasks are started for one configuration."""
+
+from __future__ import annotations
+
+import dataclasses
+
+from benchmarks.cluster_run import Task
+from benchmarks.synthetic import MODELS
+
+TOOLKIT, TOOLKIT_1STEP = "ps_toolkit", "ps_toolkit_1step"
+RAW, TF2, SINGLE = "raw_tf1", "tf2_pss", "single_process"
+SYSTEMS = (TOOLKIT, TOOLKIT_1STEP, RAW, TF2, SINGLE)
+ASYNC, SYNC = "async", "sync"
+# Flags each ps_toolkit system adds to scripts/run_task.py's defaults. ps_toolkit
+# is the shipped defaults; ps_toolkit_1step turns off the in-graph loop (one step
+# per session.run), to show what that lever buys.
+TOOLKIT_FLAGS = {TOOLKIT: (), TOOLKIT_1STEP: ("--steps_per_run=1",)}
+# The raw script runs until the harness stops it (see run_options).
+RAW_UNBOUNDED_STEPS = 10**9
+
+
+@dataclasses.dataclass(frozen=True)
+class Config:
+    """One benchmarked configuration of one system."""
+
+    system: str
+    model: str
+    mode: str  # async or sync
+    num_ps: int
+    num_workers: int
+    train_steps: int
+    extra_flags: tuple = ()  # a lever under test, e.g. ("--steps_per_run=50",); later flags win
+
+    @property
+    def num_ports(self) -> int:
+        if self.system == SINGLE:
+            return 0
+        return self.num_ps + self.num_workers + (1 if self.system == TF2 else 0)
+
+
+def run_options(config: Config, measure_s: float) -> dict:
+    """Extra ``run_cluster`` arguments: the raw script's runs are measured by time.
+
+    Its non-chief workers find no model when they start with the chief and
+    sleep TF's 30 s recovery_wait_secs; its ps joins forever. So its run has no
+    natural end worth waiting for: it is timed for ``measure_s`` once every
+    worker is past warm-up, then stopped.
+    """
+    if config.system == RAW:
+        return {"end_after_warm": (config.num_workers, measure_s), "exit_grace_s": 0.0}
+    return {}
+
+
+def tasks(config: Config, ports: list[int], checkpoint_dir: str, data_dir: str) -> list[Task]:
+    """The processes that run ``config``; ports as reserved by the caller (``config.num_ports``).
+
+    ``data_dir`` holds the synthetic data as IDX files (benchmarks.synthetic.write_idx_dir):
+    ps_toolkit reads it through its public --data_dir; the other systems make the same arrays in memory.
+    """
+    common = [f"--model={config.model}", f"--train_steps={config.train_steps}"]
+    if config.system == SINGLE:
+        return [Task("single", ["-m", "benchmarks.single_process", *common])]
+    addresses = [f"localhost:{port}" for port in ports]
+    ps, workers = addresses[: config.num_ps], addresses[config.num_ps : config.num_ps + config.num_workers]
+    common += [f"--ps_hosts={','.join(ps)}", f"--worker_hosts={','.join(workers)}"]
+    if config.mode == SYNC:
+        common.append("--sync_replicas")
+    if config.system == TF2:
+        return _tf2_tasks(config, common + [f"--chief_host={addresses[-1]}"])
+    if config.system == RAW:
+        common = ["-m", "benchmarks.raw_tf1_between_graph", *common, f"--checkpoint_dir={checkpoint_dir}"]
+        common += [f"--warmup_steps={config.train_steps // 5}", f"--train_steps={RAW_UNBOUNDED_STEPS}"]
+    else:
+        spec = MODELS[config.model]
+        common = ["-m", "benchmarks.toolkit_task", *common, f"--checkpoint_dir={checkpoint_dir}"]
+        # The benchmark's batch size and learning rate, as the raw script uses; the rest: run_task.py's defaults.
+        common += [f"--data_dir={data_dir}", f"--batch_size={spec.batch_size}", f"--learning_rate={spec.learning_rate}"]
+        common += list(TOOLKIT_FLAGS[config.system])
+    common += list(config.extra_flags)
+    result = [
+        # The raw script's ps joins forever; the toolkit's ps exits by itself.
+        Task(f"ps{i}", [*common, "--job_name=ps", f"--task_index={i}"], must_finish=config.system != RAW)
+        for i in range(config.num_ps)
+    ]
+    result += [
+        Task(f"worker{i}", [*common, "--job_name=worker", f"--task_index={i}"]) for i in range(config.num_workers)
+    ]
+    return result
+
+
+def _tf2_tasks(config: Config, common: list) -> list[Task]:
+    base = ["-m", "benchmarks.tf2_pss", *common]
+    servers = [
+        Task(f"{job}{i}", [*base, f"--job_name={job}", f"--task_index={i}"], must_finish=False)
+        for job, count in (("ps", config.num_ps), ("worker", config.num_workers))
+        for i in range(count)
+    ]
+    return [*servers, Task("chief", [*base, "--job_name=chief", "--task_index=0"])]

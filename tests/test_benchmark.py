@@ -1,0 +1,284 @@
+"""Fast tests of the benchmark's pieces: timing from markers, records, the report, the runner, the fast path.
+
+The fast path (ps_toolkit/fast_path.py) is tested here because the benchmark brought it in.
+"""
+
+import dataclasses
+import json
+import pathlib
+import sys
+import types
+
+import pytest
+
+from benchmarks import driver, measure, plan, protocol, report, systems, toolkit_task
+from benchmarks.cluster_run import ClusterOutcome, Task, TaskResult, run_cluster
+
+
+def _result(name, markers, exited_at, killed=False, cpu=1.0):
+    task = Task(name, [])
+    lines = [protocol.MARKER + json.dumps(m) for m in markers]
+    # CPU seconds grow with the marker time, the same for every task.
+    samples = [(m, {"a": cpu * (m["time"] or 0), "b": cpu * (m["time"] or 0)}) for m in markers]
+    return TaskResult(task, lines=lines, cpu_samples=samples, returncode=0, exited_at=exited_at, killed=killed)
+
+
+def _outcome(killed=False):
+    worker0 = [
+        {"event": "first_step", "time": 102.0, "global_step": 1},
+        {"event": "warm", "time": 103.0, "global_step": 200},
+        {"event": "done", "time": 113.0, "global_step": 1200, "accuracy": 0.9},
+    ]
+    worker1 = [
+        {"event": "first_step", "time": 102.5, "global_step": 3},
+        {"event": "warm", "time": 104.0, "global_step": 300},
+        {"event": "tick", "time": 108.0, "global_step": 700},
+        {"event": "done", "time": 113.2, "global_step": 1201, "accuracy": 0.91},
+    ]
+    results = {
+        "worker0": _result("worker0", worker0, 113.5),
+        "worker1": _result("worker1", worker1, 113.6, killed=killed),
+    }
+    return ClusterOutcome(launched_at=100.0, results=results, training_over_at=113.0)
+
+
+def test_figures_time_the_window_where_every_replica_is_past_warm_up():
+    figures = measure.figures(_outcome())
+    assert figures.steps_per_sec == pytest.approx((1200 - 300) / (113.0 - 104.0))
+    assert figures.startup_s == pytest.approx(2.5)  # the last replica's first step
+    assert figures.startup_first_s == pytest.approx(2.0)
+    assert figures.shutdown_s == pytest.approx(113.6 - 113.2)
+    assert figures.accuracy == pytest.approx(0.91)
+    assert figures.cpu_ms_per_step == pytest.approx(1000 * 2 * (113.0 - 104.0) / 900)
+    assert figures.cpu_ms_per_step_by_task == pytest.approx({"a": 10.0, "b": 10.0})
+
+
+def _late_joiner_outcome(worker1):
+    outcome = _outcome()
+    outcome.results["worker1"] = _result("worker1", worker1, 114.0)
+    return outcome
+
+
+def test_a_replica_that_starts_after_another_finished_is_a_clear_failure():
+    # worker0 was done at 113.0; worker1 only got going after it.
+    worker1 = [
+        {"event": "first_step", "time": 113.5, "global_step": 1200},
+        {"event": "warm", "time": 113.5, "global_step": 1200},
+        {"event": "done", "time": 113.9, "global_step": 1220},
+    ]
+    with pytest.raises(ValueError, match="never trained together"):
+        measure.figures(_late_joiner_outcome(worker1))
+
+
+def test_a_replica_that_ran_no_step_is_a_clear_failure():
+    worker1 = [{"event": "done", "time": None, "global_step": None, "local_runs": 0}]
+    with pytest.raises(ValueError, match="no step: worker1"):
+        measure.figures(_late_joiner_outcome(worker1))
+
+
+def test_a_killed_task_means_no_shutdown_figure():
+    figures = measure.figures(_outcome(killed=True))
+    assert figures.shutdown_s is None
+    assert figures.killed == ("worker1",)
+
+
+def test_summarize_gives_median_min_max():
+    runs = [measure.figures(_outcome()) for _ in range(2)]
+    runs.append(measure.RunFigures(10.0, 3.0, 0.5, (), 0.9, 100))
+    summary = measure.summarize(runs)
+    assert (summary["min"], summary["max"]) == (10.0, 100.0)
+    assert summary["steps_per_sec"] == 100.0
+    assert summary["repetitions"] == 3
+
+
+def _record(system, model="mlp", mode="async", num_ps=1, num_workers=2, rate=100.0):
+    return {
+        "system": system,
+        "model": model,
+        "mode": mode,
+        "num_ps": num_ps,
+        "num_workers": num_workers,
+        "steps_per_sec": rate,
+        "min": rate * 0.9,
+        "max": rate * 1.1,
+        "startup_s": 3.0,
+        "shutdown_s": None if system == systems.RAW else 0.3,
+    }
+
+
+def test_report_writes_json_table_and_chart(tmp_path):
+    records = [
+        _record(systems.TOOLKIT, rate=260.0),
+        _record(systems.RAW, rate=200.0),
+        _record(systems.TF2, rate=100.0),
+        _record(systems.SINGLE, num_ps=0, num_workers=1, rate=400.0),
+    ]
+    paths = report.write_all(records, str(tmp_path), {"quick": True})
+    saved = json.loads(pathlib.Path(paths["json"]).read_text())
+    assert [set(report.RECORD_KEYS) <= set(r) for r in saved["results"]] == [True] * 4
+    table = pathlib.Path(paths["md"]).read_text()
+    assert "| mlp | async | 1+2 | 260 (234-286) | 200 (180-220) | 100 (90-110) | 1.30x | 2.60x | 0.65x |" in table
+    assert "killed" in table  # the raw run's ps never exits by itself
+    assert pathlib.Path(paths["png"]).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_report_rejects_a_record_without_the_required_keys(tmp_path):
+    with pytest.raises(ValueError, match="startup_s"):
+        report.write_json([{"system": "x", "model": "mlp"}], str(tmp_path / "r.json"), {})
+
+
+def test_raw_script_runs_are_ended_by_time_and_its_ps_may_be_killed():
+    config = systems.Config(systems.RAW, "mlp", systems.ASYNC, 1, 2, 1000)
+    tasks = systems.tasks(config, [1, 2, 3], "/tmp/ckpt", "/tmp/data")
+    assert [t.must_finish for t in tasks] == [False, True, True]
+    assert "--warmup_steps=200" in tasks[1].argv
+    assert systems.run_options(config, 4.0) == {"end_after_warm": (2, 4.0), "exit_grace_s": 0.0}
+
+
+def test_tf2_tasks_add_a_coordinator_with_its_own_port():
+    config = systems.Config(systems.TF2, "softmax", systems.ASYNC, 1, 2, 100)
+    assert config.num_ports == 4
+    tasks = systems.tasks(config, [11, 12, 13, 14], "/unused", "/unused")
+    assert [t.name for t in tasks] == ["ps0", "worker0", "worker1", "chief"]
+    assert "--chief_host=localhost:14" in tasks[-1].argv
+
+
+def test_toolkit_tasks_are_run_task_with_its_defaults():
+    config = systems.Config(systems.TOOLKIT, "mlp", systems.ASYNC, 1, 2, 1500)
+    tasks = systems.tasks(config, [1, 2, 3], "/tmp/ckpt", "/tmp/data")
+    assert [t.name for t in tasks] == ["ps0", "worker0", "worker1"]
+    assert all(t.must_finish for t in tasks)  # shipped tasks end by themselves
+    argv = tasks[1].argv
+    assert argv[:2] == ["-m", "benchmarks.toolkit_task"]
+    for flag in ("--data_dir=/tmp/data", "--batch_size=128", "--learning_rate=0.1", "--job_name=worker"):
+        assert flag in argv
+    assert not [a for a in argv if a.startswith("--steps_per_run")]  # run_task.py's default: 20 async
+    one_step = systems.tasks(dataclasses.replace(config, system=systems.TOOLKIT_1STEP), [1, 2, 3], "/c", "/d")
+    assert "--steps_per_run=1" in one_step[1].argv
+    sync = systems.tasks(dataclasses.replace(config, mode=systems.SYNC), [1, 2, 3], "/c", "/d")
+    assert "--sync_replicas" in sync[2].argv
+
+
+def test_timed_train_prints_the_harness_markers(capsys):
+    seen = []
+
+    def train(cluster, target, config, data, session_config=None, on_progress=None):
+        for step in (20, 40, 100):
+            on_progress(step)
+        return {"test_accuracy": 0.9, "final_loss": 0.1}
+
+    config = types.SimpleNamespace(train_steps=100)
+    result = toolkit_task.timed(train)("cluster", "grpc://x", config, "data", on_progress=seen.append)
+    assert result["test_accuracy"] == 0.9
+    assert seen == [20, 40, 100]  # the caller's own listener still hears every run
+    markers = protocol.parse_markers(capsys.readouterr().out.splitlines())
+    assert [m["event"] for m in markers] == ["first_step", "warm", "done"]
+    assert markers[-1]["global_step"] == 100 and markers[-1]["accuracy"] == 0.9
+
+
+def test_with_step_clock_times_replicas_not_ps(monkeypatch):
+    from ps_toolkit import training
+
+    shipped = training.train
+    calls = []
+    wrapped = toolkit_task.with_step_clock(lambda cluster, config: calls.append(training.train))
+    wrapped(types.SimpleNamespace(task_type="ps"), None)
+    assert calls[-1] is shipped
+    monkeypatch.setattr(training, "train", shipped)  # restored after the test
+    wrapped(types.SimpleNamespace(task_type="worker"), None)
+    assert calls[-1] is not shipped
+
+
+def test_synthetic_idx_files_read_back_as_the_same_arrays(tmp_path):
+    import numpy as np
+
+    from benchmarks.synthetic import make_data, write_idx_dir
+    from ps_toolkit.data import load_dataset
+
+    made, read = make_data(), load_dataset(write_idx_dir(str(tmp_path)))
+    for name in ("train_images", "train_labels", "test_images", "test_labels"):
+        assert np.array_equal(getattr(made, name), getattr(read, name)), name
+        assert getattr(made, name).dtype == getattr(read, name).dtype
+
+
+def test_run_once_holds_its_ports_until_the_cluster_has_ended(monkeypatch, tmp_path):
+    from ps_toolkit import ports
+
+    def fake_run_cluster(tasks, **options):
+        for port in held:
+            assert ports._try_lock(port) is None, f"port {port} was released while the cluster ran"
+        return "outcome"
+
+    held = []
+    real_tasks = systems.tasks
+
+    def tasks(config, port_list, checkpoint_dir, data_dir):
+        held.extend(port_list)
+        return real_tasks(config, port_list, checkpoint_dir, data_dir)
+
+    monkeypatch.setattr(driver, "run_cluster", fake_run_cluster)
+    monkeypatch.setattr(driver.systems, "tasks", tasks)
+    monkeypatch.setattr(driver.measure, "figures", lambda outcome: outcome)
+    config = systems.Config(systems.TOOLKIT, "softmax", systems.ASYNC, 1, 2, 100)
+    assert driver.run_once(config, driver.Limits(), str(tmp_path)) == "outcome"
+    assert len(held) == 3
+
+
+def test_quick_plan_covers_every_target():
+    configs = plan.quick()
+    for model in plan.MODEL_NAMES:
+        for system in (systems.TOOLKIT, systems.RAW, systems.TF2):
+            assert systems.Config(system, model, "async", 1, 2, plan.TRAIN_STEPS[model]) in configs
+    for system in (systems.TOOLKIT, systems.RAW):
+        assert systems.Config(system, "mlp", "sync", 1, 2, plan.TRAIN_STEPS["mlp"] // 2) in configs
+    assert systems.Config(systems.TOOLKIT_1STEP, "mlp", "async", 1, 2, plan.TRAIN_STEPS["mlp"]) in configs
+    assert not [c for c in configs if c.system == systems.TOOLKIT_1STEP and c.mode == "sync"]
+
+
+def test_cluster_run_kills_a_server_that_never_exits():
+    done = protocol.MARKER + json.dumps({"event": "done", "time": 0, "global_step": 1})
+    worker = Task("worker0", ["-c", f"print({done!r})"])
+    server = Task("ps0", ["-c", "import threading; threading.Event().wait()"], must_finish=False)
+    outcome = run_cluster([server, worker], timeout_s=60, exit_grace_s=0.5)
+    assert outcome.results["ps0"].killed
+    assert outcome.results["worker0"].returncode == 0
+    assert not outcome.results["worker0"].killed
+
+
+def test_steps_for_next_run_shares_the_rest_among_replicas():
+    from ps_toolkit.fast_path import steps_for_next_run
+
+    assert steps_for_next_run(0, 1000, 2, 10) == 10
+    assert steps_for_next_run(990, 1000, 2, 10) == 5
+    assert steps_for_next_run(999, 1000, 2, 10) == 1
+    assert steps_for_next_run(1005, 1000, 2, 10) == 1
+
+
+def test_multi_step_runs_several_sgd_steps_in_one_session_run():
+    import numpy as np
+    import tensorflow as tf
+
+    from ps_toolkit import fast_path
+
+    with tf.Graph().as_default():
+        global_step = tf.compat.v1.train.get_or_create_global_step()
+        weight = tf.compat.v1.get_variable("w", initializer=0.0)
+        optimizer = tf.compat.v1.train.GradientDescentOptimizer(0.1)
+        step = fast_path.sgd_step_fn(optimizer, global_step, lambda: tf.square(weight * 2.0 - 6.0))
+        run = fast_path.multi_step(step, 5)
+        with tf.compat.v1.Session() as session:
+            session.run(tf.compat.v1.global_variables_initializer())
+            _, step_value = session.run([run.loss, run.global_step])
+            assert step_value == 5
+            # Five plain SGD steps on (2w - 6)^2 from w = 0: w <- w - 0.1 * 4 (2w - 6).
+            expected = 0.0
+            for _ in range(5):
+                expected -= 0.1 * 4 * (2 * expected - 6)
+            assert session.run(weight) == pytest.approx(expected, rel=1e-5)
+            _, step_value = session.run([run.loss, run.global_step], {run.num_steps: 2})
+            assert step_value == 7
+    assert np.isfinite(expected)
+
+
+if __name__ == "__main__":
+    sys.exit(pytest.main([__file__]))
