@@ -76,6 +76,7 @@ _TRAIN_FLAGS = {
     "save_summaries_steps": flags.DEFINE_integer("save_summaries_steps", None, "run_task.py flag."),
     "partition_variables": flags.DEFINE_boolean("partition_variables", None, "run_task.py flag."),
     "readiness_poll_secs": flags.DEFINE_float("readiness_poll_secs", None, "run_task.py flag."),
+    "steps_per_run": flags.DEFINE_integer("steps_per_run", None, "run_task.py --steps_per_run (async steps per run)."),
     "placement": flags.DEFINE_string("placement", None, "run_task.py --placement."),
     "seed": flags.DEFINE_integer("seed", None, "run_task.py --seed."),
     "ps_orphan_timeout_secs": flags.DEFINE_float("ps_orphan_timeout_secs", None, "run_task.py flag."),

@@ -1,12 +1,8 @@
-"""Fast tests of the benchmark's pieces: timing from markers, records, the report, the runner, the fast path.
-
-The fast path (ps_toolkit/fast_path.py) is tested here because the benchmark brought it in.
-"""
+"""Fast tests of the benchmark's pieces: timing from markers, records, the report, the runner, the fast path."""
 
 import dataclasses
 import json
 import pathlib
-import sys
 import types
 
 import pytest
@@ -243,42 +239,3 @@ def test_cluster_run_kills_a_server_that_never_exits():
     assert outcome.results["ps0"].killed
     assert outcome.results["worker0"].returncode == 0
     assert not outcome.results["worker0"].killed
-
-
-def test_steps_for_next_run_shares_the_rest_among_replicas():
-    from ps_toolkit.fast_path import steps_for_next_run
-
-    assert steps_for_next_run(0, 1000, 2, 10) == 10
-    assert steps_for_next_run(990, 1000, 2, 10) == 5
-    assert steps_for_next_run(999, 1000, 2, 10) == 1
-    assert steps_for_next_run(1005, 1000, 2, 10) == 1
-
-
-def test_multi_step_runs_several_sgd_steps_in_one_session_run():
-    import numpy as np
-    import tensorflow as tf
-
-    from ps_toolkit import fast_path
-
-    with tf.Graph().as_default():
-        global_step = tf.compat.v1.train.get_or_create_global_step()
-        weight = tf.compat.v1.get_variable("w", initializer=0.0)
-        optimizer = tf.compat.v1.train.GradientDescentOptimizer(0.1)
-        step = fast_path.sgd_step_fn(optimizer, global_step, lambda: tf.square(weight * 2.0 - 6.0))
-        run = fast_path.multi_step(step, 5)
-        with tf.compat.v1.Session() as session:
-            session.run(tf.compat.v1.global_variables_initializer())
-            _, step_value = session.run([run.loss, run.global_step])
-            assert step_value == 5
-            # Five plain SGD steps on (2w - 6)^2 from w = 0: w <- w - 0.1 * 4 (2w - 6).
-            expected = 0.0
-            for _ in range(5):
-                expected -= 0.1 * 4 * (2 * expected - 6)
-            assert session.run(weight) == pytest.approx(expected, rel=1e-5)
-            _, step_value = session.run([run.loss, run.global_step], {run.num_steps: 2})
-            assert step_value == 7
-    assert np.isfinite(expected)
-
-
-if __name__ == "__main__":
-    sys.exit(pytest.main([__file__]))
