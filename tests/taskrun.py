@@ -109,3 +109,16 @@ def _kill_group(proc: subprocess.Popen) -> None:
 
 def describe_all(outcomes: dict) -> str:
     return "\n".join(outcome.describe() for outcome in outcomes.values())
+
+
+def assert_cluster_trained(outcomes: dict, train_steps: int, min_accuracy: float = 0.8) -> str:
+    """Asserts 1 ps + 2 workers all ended with 0 and trained to the end; returns the report."""
+    report = describe_all(outcomes)
+    assert all(o.returncode == 0 for o in outcomes.values()), report
+    assert outcomes["ps:0"].result()["replicas_done"] == 2, report
+    for name in ("worker:0", "worker:1"):
+        result = outcomes[name].result()
+        assert result["global_step"] >= train_steps and result["local_steps"] > 0, report
+        # Every worker evaluates the shared final model; a late joiner's own first loss says little.
+        assert result["test_accuracy"] > min_accuracy, report
+    return report
