@@ -37,6 +37,7 @@ TRAINING_FLAG_NAMES = (
     "seed",
     "watchdog_secs",
     "steps_per_run",
+    "compute_near_weights",
 )
 
 
@@ -68,6 +69,9 @@ def define_training_flags() -> None:
     flags.DEFINE_boolean("partition_variables", False, "Split large variables along axis 0 across ps tasks.")
     flags.DEFINE_integer("seed", 0, "Base seed; each replica shuffles with its own derived seed.")
     flags.DEFINE_integer("steps_per_run", None, "Async steps per session.run (in-graph loop); default 20, 1 if sync.")
+    flags.DEFINE_boolean(
+        "compute_near_weights", False, "Run the fully connected layers on the ps holding their weights (fewer bytes)."
+    )
     flags.DEFINE_float("readiness_poll_secs", 1.0, "How often a non-chief checks whether the model is ready.")
     flags.DEFINE_float(
         "watchdog_secs", 300.0, "No global-step progress this long ends the task with status 200 (retryable); 0: off."
@@ -111,6 +115,7 @@ def train_config_from_flags() -> TrainConfig:
         readiness_poll_secs=FLAGS.readiness_poll_secs,
         steps_per_run=FLAGS.steps_per_run or (1 if FLAGS.sync_replicas else 20),
         watchdog_secs=FLAGS.watchdog_secs,
+        compute_near_weights=FLAGS.compute_near_weights,
         data_dir=FLAGS.data_dir,
     )
 

@@ -31,8 +31,11 @@ class MultiStep:
     global_step: tf.Tensor  # the global step after the last iteration's increment
 
 
-def sgd_step_fn(optimizer, global_step, loss_fn):
+def sgd_step_fn(optimizer, global_step, loss_fn, colocate_gradients: bool = False):
     """A loop body: builds ``loss_fn()``, applies its gradients, then increments ``global_step``.
+
+    ``colocate_gradients``: each gradient op on the device of its forward op
+    (needed when the model runs layers on the ps, ``models`` near_weights).
 
     Returns a callable giving (loss, the update op). The model's variables
     must already exist (build it once outside the loop, e.g. for evaluation):
@@ -41,7 +44,8 @@ def sgd_step_fn(optimizer, global_step, loss_fn):
 
     def step():
         loss = loss_fn()
-        apply = optimizer.apply_gradients(optimizer.compute_gradients(loss))
+        gradients = optimizer.compute_gradients(loss, colocate_gradients_with_ops=colocate_gradients)
+        apply = optimizer.apply_gradients(gradients)
         with tf.control_dependencies([apply]):
             # Not read back: that would be one more ps-to-worker transfer per step.
             increment = global_step.assign_add(1, read_value=False)

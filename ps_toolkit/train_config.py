@@ -42,6 +42,9 @@ class TrainConfig:
     # Async steps per session.run, in an in-graph loop (ps_toolkit.fast_path): the
     # per-run overhead (Python, hooks, RunStep, a RunGraph RPC per ps) is paid once.
     steps_per_run: int = 1
+    # Run the fully connected layers on the ps that holds their weights
+    # (models.py): activations cross the network instead of weights and gradients.
+    compute_near_weights: bool = False
 
     @property
     def effective_learning_rate(self) -> float:
@@ -71,6 +74,11 @@ class TrainConfig:
                 )
         if self.sync_replicas and self.steps_per_run != 1:
             raise ConfigError(f"--steps_per_run={self.steps_per_run} needs async training; use 1 with --sync_replicas")
+        if self.compute_near_weights and self.partition_variables:
+            raise ConfigError(
+                "--compute_near_weights runs each layer where its whole weight matrix lives; "
+                "it does not combine with --partition_variables"
+            )
         if self.placement not in PLACEMENT_STRATEGIES:
             raise ConfigError(
                 f"unknown placement {self.placement!r} (from --placement); valid: {', '.join(PLACEMENT_STRATEGIES)}"

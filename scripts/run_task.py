@@ -17,9 +17,11 @@ from absl import app, flags, logging
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from ps_toolkit import cli, preflight  # noqa: E402
+from ps_toolkit import cli, preflight, tf_import  # noqa: E402
 from ps_toolkit.cluster import ClusterConfig  # noqa: E402
 from ps_toolkit.train_config import TrainConfig  # noqa: E402
+
+tf_import.prefer_lean_import()
 
 cli.define_cluster_flags()
 cli.define_training_flags()

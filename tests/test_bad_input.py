@@ -50,6 +50,11 @@ CASES = {
     "negative learning rate": (OK_HOSTS + ["--job_name=worker", "--learning_rate=-1"], {}, "--learning_rate=-1"),
     "unknown model": (OK_HOSTS + ["--job_name=worker", "--model=resnet"], {}, "resnet"),
     "unknown placement": (OK_HOSTS + ["--job_name=worker", "--placement=magic"], {}, "magic"),
+    "near weights with partitions": (
+        OK_HOSTS + ["--job_name=worker", "--compute_near_weights", "--partition_variables"],
+        {},
+        "--compute_near_weights",
+    ),
     "stray argument": (OK_HOSTS + ["--job_name=ps", "extra"], {}, "'extra'"),
     "missing cluster file": (["--cluster_file=/nonexistent/c.json", "--job_name=ps"], {}, "/nonexistent/c.json"),
 }

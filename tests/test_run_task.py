@@ -80,6 +80,18 @@ def test_sync_two_ps_two_workers(tmp_path):
 
 
 @pytest.mark.slow
+def test_layers_computed_on_two_ps_train_async_and_sync(tmp_path):
+    # --compute_near_weights: each layer runs on the ps holding its weights, so
+    # activations hop between ps0 and ps1; async (in-graph loop) and sync.
+    outcomes = start_cluster(tmp_path / "async", 2, 2, "--train_steps=300", "--model=mlp", "--compute_near_weights")
+    results = check_trained(outcomes, tmp_path / "async", 300)
+    assert min(r["test_accuracy"] for r in results) > 0.85, describe_all(outcomes)
+    flags_used = tmp_path / "sync"
+    outcomes = start_cluster(flags_used, 1, 2, "--train_steps=150", "--sync_replicas", "--compute_near_weights")
+    check_trained(outcomes, flags_used, 150)
+
+
+@pytest.mark.slow
 def test_ps_gives_up_when_workers_never_come(tmp_path):
     ps_hosts, worker_hosts, reservation = loopback_hosts(1, 2)
     reservation.release()
