@@ -21,6 +21,7 @@ import time
 import psutil
 
 from benchmarks import protocol
+from ps_toolkit import processes
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -92,15 +93,14 @@ def run_cluster(
             results[task.name] = TaskResult(task)
         log = tempfile.TemporaryFile(mode="w+")  # noqa: SIM115 - closed in the finally below
         logs[task.name] = log
-        procs[task.name] = subprocess.Popen(
+        # Dies with this process, even when it is killed: a stopped benchmark leaves no servers behind.
+        procs[task.name] = processes.spawn(
             [sys.executable, *task.argv],
+            env={**env, **task.env},
             stdout=subprocess.PIPE,
             stderr=log,
-            stdin=subprocess.DEVNULL,
-            text=True,
-            env={**env, **task.env},
             cwd=REPO,
-            start_new_session=True,
+            text=True,
         )
         args = (procs[task.name], results[task.name], changed, procs)
         thread = threading.Thread(target=_follow, args=args, daemon=True)

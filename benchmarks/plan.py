@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
-from benchmarks.systems import ASYNC, RAW, SINGLE, SYNC, TF2, TOOLKIT, TOOLKIT_1STEP, Config
+from benchmarks.systems import ASYNC, RAW, SINGLE, SYNC, TF2, TOOLKIT, TOOLKIT_1STEP, TOOLKIT_NEAR, Config
 
 MODEL_NAMES = ("softmax", "mlp", "wide")
 # Global steps per run: a few seconds of training each on a 2-core machine.
 TRAIN_STEPS = {"softmax": 3000, "mlp": 1500, "wide": 300}
 TOPOLOGIES = ((1, 1), (1, 2), (2, 2))
+# Where --compute_near_weights can pay: weights larger than a batch of inputs
+# (softmax's 784x10 weights are 1/13 of a 100-image batch: nothing to save).
+NEAR_WEIGHTS_MODELS = ("mlp", "wide")
 
 
 def quick(models=MODEL_NAMES, steps_scale: float = 1.0) -> list[Config]:
@@ -16,6 +19,8 @@ def quick(models=MODEL_NAMES, steps_scale: float = 1.0) -> list[Config]:
     for model in models:
         steps = _steps(model, steps_scale)
         configs += [Config(s, model, ASYNC, 1, 2, steps) for s in (TOOLKIT, RAW, TF2)]
+        if model in NEAR_WEIGHTS_MODELS:
+            configs.append(Config(TOOLKIT_NEAR, model, ASYNC, 1, 2, steps))
         configs.append(Config(SINGLE, model, ASYNC, 0, 1, steps))
     mlp = "mlp" if "mlp" in models else models[0]  # the model the 50%-of-single target is stated for
     configs += [Config(TOOLKIT_1STEP, mlp, ASYNC, 1, 2, _steps(mlp, steps_scale))]
@@ -33,6 +38,7 @@ def full(models=MODEL_NAMES, steps_scale: float = 1.0) -> list[Config]:
                 mode_steps = steps if mode == ASYNC else steps // 2
                 # Sync runs one step per session.run whatever the system: no ps_toolkit_1step there.
                 systems = (TOOLKIT, RAW) + ((TOOLKIT_1STEP, TF2) if mode == ASYNC else ())
+                systems += (TOOLKIT_NEAR,) if model in NEAR_WEIGHTS_MODELS else ()
                 configs += [Config(s, model, mode, num_ps, num_workers, mode_steps) for s in systems]
         configs.append(Config(SINGLE, model, ASYNC, 0, 1, steps))
     return configs

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import os
 
-from benchmarks.systems import RAW, SINGLE, SYSTEMS, TF2, TOOLKIT
+from benchmarks.systems import RAW, SINGLE, SYSTEMS, TF2, TOOLKIT, TOOLKIT_NEAR
 
 RECORD_KEYS = (
     "system",
@@ -60,6 +60,7 @@ def markdown_table(records: list[dict]) -> str:
     """Steps/s per configuration and system (median, min-max), ps_toolkit's ratios, startup and shutdown."""
     systems = [s for s in SYSTEMS if s != SINGLE and any(r["system"] == s for r in records)]
     header = ["model", "mode", "ps+w", *systems, "toolkit/raw", "toolkit/tf2", "toolkit/single"]
+    header += ["near/raw", "near/tf2", "near/single"]
     lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     for key in sorted({_key(r) for r in records if r["system"] != SINGLE}, key=_order):
         model, mode, num_ps, num_workers = key
@@ -68,6 +69,8 @@ def markdown_table(records: list[dict]) -> str:
         single = _find(records, SINGLE, model, "async", 0, 1)
         cells = [model, mode, f"{num_ps}+{num_workers}", *(rate_cell(row[s]) for s in systems)]
         cells += [_ratio(toolkit, row.get(RAW)), _ratio(toolkit, row.get(TF2)), _ratio(toolkit, single)]
+        near = row.get(TOOLKIT_NEAR)
+        cells += [_ratio(near, row.get(RAW)), _ratio(near, row.get(TF2)), _ratio(near, single)]
         lines.append("| " + " | ".join(cells) + " |")
     singles = [r for r in records if r["system"] == SINGLE]
     if singles:

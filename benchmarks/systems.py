@@ -7,14 +7,15 @@ import dataclasses
 from benchmarks.cluster_run import Task
 from benchmarks.synthetic import MODELS
 
-TOOLKIT, TOOLKIT_1STEP = "ps_toolkit", "ps_toolkit_1step"
+TOOLKIT, TOOLKIT_1STEP, TOOLKIT_NEAR = "ps_toolkit", "ps_toolkit_1step", "ps_toolkit_near"
 RAW, TF2, SINGLE = "raw_tf1", "tf2_pss", "single_process"
-SYSTEMS = (TOOLKIT, TOOLKIT_1STEP, RAW, TF2, SINGLE)
+SYSTEMS = (TOOLKIT, TOOLKIT_NEAR, TOOLKIT_1STEP, RAW, TF2, SINGLE)
 ASYNC, SYNC = "async", "sync"
 # Flags each ps_toolkit system adds to scripts/run_task.py's defaults. ps_toolkit
 # is the shipped defaults; ps_toolkit_1step turns off the in-graph loop (one step
-# per session.run), to show what that lever buys.
-TOOLKIT_FLAGS = {TOOLKIT: (), TOOLKIT_1STEP: ("--steps_per_run=1",)}
+# per session.run), to show what that lever buys; ps_toolkit_near turns on the
+# opt-in --compute_near_weights (the layers run on the ps holding their weights).
+TOOLKIT_FLAGS = {TOOLKIT: (), TOOLKIT_1STEP: ("--steps_per_run=1",), TOOLKIT_NEAR: ("--compute_near_weights",)}
 # The raw script runs until the harness stops it (see run_options).
 RAW_UNBOUNDED_STEPS = 10**9
 

@@ -23,8 +23,6 @@ from ps_toolkit.status import Console, summary_table
 from ps_toolkit.supervisor import Policy, Supervisor
 from ps_toolkit.task_plan import Topology, plan_tasks, task_env
 
-SUCCESS_POLICIES = ("chief", "all_workers")
-RESTART_POLICIES = ("never", "on-failure")
 CHART_FILE = "progress.png"
 SUMMARY_FILE = "summary.txt"
 
@@ -37,20 +35,14 @@ class LaunchOptions:
         options = LaunchOptions(Topology(num_ps=1, num_workers=2), command=default_command(["--train_steps=200"]))
         result = launch(options)
         result.exit_code     # 0 when the chief finished with status 0
+        LaunchOptions(..., policy=Policy(restart="on-failure", kills=(("ps", 0, 5.0),)))   # a chaos drill
     """
 
     topology: Topology
     command: tuple[str, ...]
     log_dir: str | None = None
     quiet: bool = False
-    success_policy: str = "chief"
-    grace_secs: float = 10.0
-    ps_grace_secs: float = 5.0
-    stop_grace_secs: float = 5.0
-    restart: str = "never"
-    max_restarts: int = 3
-    kills: tuple[tuple[str, int, float], ...] = ()
-    timeout_secs: float | None = None
+    policy: Policy = Policy()
     port_attempts: int = 3
     env: Mapping[str, str] | None = None
 
@@ -58,19 +50,10 @@ class LaunchOptions:
         object.__setattr__(self, "command", tuple(self.command))
         if not self.command:
             raise ConfigError("the task command is empty")
-        if self.success_policy not in SUCCESS_POLICIES:
-            raise ConfigError(f"--success_policy={self.success_policy!r}; valid: {', '.join(SUCCESS_POLICIES)}")
-        if self.restart not in RESTART_POLICIES:
-            raise ConfigError(f"--restart={self.restart!r}; valid: {', '.join(RESTART_POLICIES)}")
-        for name in ("grace_secs", "ps_grace_secs", "stop_grace_secs", "max_restarts"):
-            if getattr(self, name) < 0:
-                raise ConfigError(f"--{name}={getattr(self, name)} is negative")
-        if self.timeout_secs is not None and self.timeout_secs <= 0:
-            raise ConfigError(f"--timeout_secs={self.timeout_secs} must be positive")
         if self.port_attempts < 1:
             raise ConfigError(f"port_attempts={self.port_attempts} must be at least 1")
         jobs = self.topology.jobs_for_ports(range(1, self.topology.num_tasks + 1))
-        for job, index, _ in self.kills:
+        for job, index, _ in self.policy.kills:
             if index >= len(jobs.get(job, ())):
                 raise ConfigError(f"--kill={job}:{index}@...: the cluster has no task {job}:{index}")
 
@@ -103,17 +86,8 @@ def launch(options: LaunchOptions, console: Console | None = None) -> RunResult:
     console = console or Console()
     log_dir = make_run_dir(options.log_dir)
     console.line(f"launcher: run folder {log_dir}")
-    policy = Policy(
-        success_policy=options.success_policy,
-        grace_secs=options.grace_secs,
-        ps_grace_secs=options.ps_grace_secs,
-        stop_grace_secs=options.stop_grace_secs,
-        restart=options.restart,
-        max_restarts=options.max_restarts,
-        kills=tuple(options.kills),
-        timeout_secs=options.timeout_secs,
-        retry_port_conflicts=not options.topology.explicit,
-    )
+    # Addresses the user gave cannot be redrawn: a port clash on them is final.
+    policy = dataclasses.replace(options.policy, retry_port_conflicts=not options.topology.explicit)
     env = task_env(options.env)
     with _signals_wake() as signal_fd:
         for attempt in range(1, options.port_attempts + 1):

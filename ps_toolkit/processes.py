@@ -43,6 +43,7 @@ def spawn(
     stdout,
     stderr,
     cwd: str | None = None,
+    text: bool = False,
 ) -> subprocess.Popen:
     """Starts ``argv`` in a new session; it is killed if this thread's process dies.
 
@@ -60,6 +61,7 @@ def spawn(
         start_new_session=True,
         preexec_fn=_die_with_parent(os.getpid()),
         close_fds=True,
+        text=text,
     )
 
 

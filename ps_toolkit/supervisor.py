@@ -20,7 +20,7 @@ from collections.abc import Callable, Sequence
 from ps_toolkit import processes
 from ps_toolkit.cluster import CHIEF, PS, WORKER
 from ps_toolkit.drills import DrillSchedule
-from ps_toolkit.errors import EXIT_CONFIG, EXIT_PORT_IN_USE
+from ps_toolkit.errors import EXIT_CONFIG, EXIT_PORT_IN_USE, ConfigError
 from ps_toolkit.status import Console, StepRate, SummaryRow, describe_exit, exit_status_cell, status_text
 from ps_toolkit.task_output import TaskOutput
 from ps_toolkit.task_plan import TaskPlan
@@ -30,19 +30,35 @@ _DRAIN_SECS = 2.0
 _READ_BYTES = 1 << 16
 
 
+SUCCESS_POLICIES = ("chief", "all_workers")
+RESTART_POLICIES = ("never", "on-failure")
+
+
 @dataclasses.dataclass(frozen=True)
 class Policy:
-    """How a run is judged and what happens to failed tasks (see LaunchOptions)."""
+    """How a run is judged and what happens to failed tasks; checked when made (ConfigError)."""
 
-    success_policy: str = "chief"
-    grace_secs: float = 10.0
-    ps_grace_secs: float = 5.0
-    stop_grace_secs: float = 5.0
-    restart: str = "never"
-    max_restarts: int = 3
-    kills: tuple = ()  # ((job, index, seconds after launch), ...)
-    timeout_secs: float | None = None
-    retry_port_conflicts: bool = True
+    success_policy: str = "chief"  # chief: the chief's status 0 ends the run; all_workers: every worker's
+    grace_secs: float = 10.0  # after success, time the other workers get to end by themselves
+    ps_grace_secs: float = 5.0  # then the time parameter servers get
+    stop_grace_secs: float = 5.0  # between SIGTERM and SIGKILL when a task is stopped
+    restart: str = "never"  # or on-failure: restart failed tasks in place
+    max_restarts: int = 3  # per task
+    kills: tuple = ()  # chaos drills: ((job, index, seconds after launch), ...)
+    timeout_secs: float | None = None  # stop everything and fail after this long
+    retry_port_conflicts: bool = True  # the launcher sets it: only reserved ports can be redrawn
+
+    def __post_init__(self):
+        object.__setattr__(self, "kills", tuple(self.kills))
+        if self.success_policy not in SUCCESS_POLICIES:
+            raise ConfigError(f"--success_policy={self.success_policy!r}; valid: {', '.join(SUCCESS_POLICIES)}")
+        if self.restart not in RESTART_POLICIES:
+            raise ConfigError(f"--restart={self.restart!r}; valid: {', '.join(RESTART_POLICIES)}")
+        for name in ("grace_secs", "ps_grace_secs", "stop_grace_secs", "max_restarts"):
+            if getattr(self, name) < 0:
+                raise ConfigError(f"--{name}={getattr(self, name)} is negative")
+        if self.timeout_secs is not None and self.timeout_secs <= 0:
+            raise ConfigError(f"--timeout_secs={self.timeout_secs} must be positive")
 
 
 @dataclasses.dataclass

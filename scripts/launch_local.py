@@ -30,6 +30,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from ps_toolkit import launcher, netns  # noqa: E402
 from ps_toolkit.drills import parse_kill  # noqa: E402
 from ps_toolkit.errors import EXIT_CONFIG, ConfigError  # noqa: E402
+from ps_toolkit.supervisor import RESTART_POLICIES, SUCCESS_POLICIES, Policy  # noqa: E402
 from ps_toolkit.task_plan import Topology, default_command, hosts_from_flags  # noqa: E402
 
 _NUM_PS = flags.DEFINE_integer("num_ps", 1, "Parameter server tasks.")
@@ -44,12 +45,12 @@ _HOSTS = {
 # absl.logging's own flag, reused: defining it again would clash.
 _QUIET = flags.DEFINE_boolean("quiet", False, "Console shows only status and summary, not task output.")
 _SUCCESS = flags.DEFINE_enum(
-    "success_policy", "chief", launcher.SUCCESS_POLICIES, "chief: the chief's status 0 ends the run; all_workers."
+    "success_policy", "chief", SUCCESS_POLICIES, "chief: the chief's status 0 ends the run; all_workers."
 )
 _GRACE = flags.DEFINE_float("grace_secs", 10.0, "After success, time the other workers get to end by themselves.")
 _PS_GRACE = flags.DEFINE_float("ps_grace_secs", 5.0, "Then the time parameter servers get to end by themselves.")
 _STOP_GRACE = flags.DEFINE_float("stop_grace_secs", 5.0, "Between SIGTERM and SIGKILL when a task is stopped.")
-_RESTART = flags.DEFINE_enum("restart", "never", launcher.RESTART_POLICIES, "Restart failed tasks in place.")
+_RESTART = flags.DEFINE_enum("restart", "never", RESTART_POLICIES, "Restart failed tasks in place.")
 _MAX_RESTARTS = flags.DEFINE_integer("max_restarts", 3, "Restarts allowed per task with --restart=on-failure.")
 _KILL = flags.DEFINE_multi_string("kill", [], "Chaos drill JOB:INDEX@SECONDS, e.g. ps:0@5s: SIGKILL it then.")
 _TIMEOUT = flags.DEFINE_float("timeout_secs", None, "Stop everything and fail if the run lasts longer.")
@@ -122,14 +123,16 @@ def _options(command: list[str]) -> launcher.LaunchOptions:
         command=tuple(command) if command else tuple(default_command(_train_args(run_dir))),
         log_dir=run_dir,
         quiet=_QUIET.value,
-        success_policy=_SUCCESS.value,
-        grace_secs=_GRACE.value,
-        ps_grace_secs=_PS_GRACE.value,
-        stop_grace_secs=_STOP_GRACE.value,
-        restart=_RESTART.value,
-        max_restarts=_MAX_RESTARTS.value,
-        kills=tuple(parse_kill(text) for text in _KILL.value),
-        timeout_secs=_TIMEOUT.value,
+        policy=Policy(
+            success_policy=_SUCCESS.value,
+            grace_secs=_GRACE.value,
+            ps_grace_secs=_PS_GRACE.value,
+            stop_grace_secs=_STOP_GRACE.value,
+            restart=_RESTART.value,
+            max_restarts=_MAX_RESTARTS.value,
+            kills=tuple(parse_kill(text) for text in _KILL.value),
+            timeout_secs=_TIMEOUT.value,
+        ),
     )
 
 

@@ -151,6 +151,8 @@ def test_toolkit_tasks_are_run_task_with_its_defaults():
     assert not [a for a in argv if a.startswith("--steps_per_run")]  # run_task.py's default: 20 async
     one_step = systems.tasks(dataclasses.replace(config, system=systems.TOOLKIT_1STEP), [1, 2, 3], "/c", "/d")
     assert "--steps_per_run=1" in one_step[1].argv
+    near = systems.tasks(dataclasses.replace(config, system=systems.TOOLKIT_NEAR), [1, 2, 3], "/c", "/d")
+    assert "--compute_near_weights" in near[1].argv
     sync = systems.tasks(dataclasses.replace(config, mode=systems.SYNC), [1, 2, 3], "/c", "/d")
     assert "--sync_replicas" in sync[2].argv
 
@@ -229,6 +231,48 @@ def test_quick_plan_covers_every_target():
         assert systems.Config(system, "mlp", "sync", 1, 2, plan.TRAIN_STEPS["mlp"] // 2) in configs
     assert systems.Config(systems.TOOLKIT_1STEP, "mlp", "async", 1, 2, plan.TRAIN_STEPS["mlp"]) in configs
     assert not [c for c in configs if c.system == systems.TOOLKIT_1STEP and c.mode == "sync"]
+    for model in ("mlp", "wide"):
+        assert systems.Config(systems.TOOLKIT_NEAR, model, "async", 1, 2, plan.TRAIN_STEPS[model]) in configs
+
+
+# A benchmark run whose server writes its pid to the file in argv[1], then waits forever.
+_HARNESS = """
+import sys
+from benchmarks.cluster_run import Task, run_cluster
+ready = "import os, sys, threading; open(sys.argv[1] + '.tmp', 'w').write(str(os.getpid())); "
+ready += "os.rename(sys.argv[1] + '.tmp', sys.argv[1]); threading.Event().wait()"
+run_cluster([Task("ps0", ["-c", ready, sys.argv[1]])], timeout_s=120, exit_grace_s=0.5)
+"""
+
+
+def test_a_killed_benchmark_leaves_no_server_behind(tmp_path):
+    import os
+    import signal
+    import subprocess
+    import sys
+
+    import psutil
+
+    pid_file = tmp_path / "server.pid"
+    repo = str(pathlib.Path(__file__).parent.parent)
+    harness = subprocess.Popen([sys.executable, "-c", _HARNESS, str(pid_file)], cwd=repo)
+    try:
+        for _ in range(300):  # bounded: up to 30 s for the server to be up and running
+            if pid_file.exists() or harness.poll() is not None:
+                break
+            psutil.wait_procs([psutil.Process(harness.pid)], timeout=0.1)
+        assert pid_file.exists(), "the harness never started its server"
+        server = psutil.Process(int(pid_file.read_text()))
+        os.kill(harness.pid, signal.SIGKILL)
+        harness.wait(timeout=10)
+        _, alive = psutil.wait_procs([server], timeout=10)
+        if alive:
+            server.kill()
+        assert not alive, f"server {server.pid} outlived the killed benchmark"
+    finally:
+        if harness.poll() is None:
+            harness.kill()
+            harness.wait(timeout=10)
 
 
 def test_cluster_run_kills_a_server_that_never_exits():

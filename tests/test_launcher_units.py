@@ -12,6 +12,7 @@ from ps_toolkit.drills import DrillSchedule, parse_kill
 from ps_toolkit.errors import ConfigError
 from ps_toolkit.launcher import LaunchOptions
 from ps_toolkit.status import Console, StepRate, SummaryRow, status_text, summary_table
+from ps_toolkit.supervisor import Policy
 from ps_toolkit.task_output import TaskOutput, parse_progress, parse_result
 from ps_toolkit.task_plan import Topology, default_command, plan_tasks
 
@@ -80,7 +81,7 @@ def test_default_command_runs_run_task_with_training_flags():
 
 def test_options_reject_a_drill_on_a_missing_task():
     with pytest.raises(ConfigError, match="no task ps:1"):
-        LaunchOptions(Topology(num_ps=1, num_workers=1), command=("x",), kills=(("ps", 1, 1.0),))
+        LaunchOptions(Topology(num_ps=1, num_workers=1), command=("x",), policy=Policy(kills=(("ps", 1, 1.0),)))
 
 
 def test_task_output_splits_lines_across_reads_and_parses_progress(tmp_path):
