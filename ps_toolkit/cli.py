@@ -38,6 +38,7 @@ TRAINING_FLAG_NAMES = (
     "watchdog_secs",
     "steps_per_run",
     "compute_near_weights",
+    "pack_transfers",
 )
 
 
@@ -71,6 +72,9 @@ def define_training_flags() -> None:
     flags.DEFINE_integer("steps_per_run", None, "Async steps per session.run (in-graph loop); default 20, 1 if sync.")
     flags.DEFINE_boolean(
         "compute_near_weights", False, "Run the fully connected layers on the ps holding their weights (fewer bytes)."
+    )
+    flags.DEFINE_boolean(
+        "pack_transfers", True, "Move the small parameters and their gradients as one tensor per ps each way."
     )
     flags.DEFINE_float("readiness_poll_secs", 1.0, "How often a non-chief checks whether the model is ready.")
     flags.DEFINE_float(
@@ -116,6 +120,7 @@ def train_config_from_flags() -> TrainConfig:
         steps_per_run=FLAGS.steps_per_run or (1 if FLAGS.sync_replicas else 20),
         watchdog_secs=FLAGS.watchdog_secs,
         compute_near_weights=FLAGS.compute_near_weights,
+        pack_transfers=FLAGS.pack_transfers,
         data_dir=FLAGS.data_dir,
     )
 

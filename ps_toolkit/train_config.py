@@ -45,6 +45,14 @@ class TrainConfig:
     # Run the fully connected layers on the ps that holds their weights
     # (models.py): activations cross the network instead of weights and gradients.
     compute_near_weights: bool = False
+    # Small parameters and their gradients move as one tensor per ps each way
+    # per step (packed_transfer.py): fewer RPCs, the same arithmetic.
+    pack_transfers: bool = True
+
+    @property
+    def packed_transfers(self) -> bool:
+        """Whether steps move parameters and gradients packed: not when the layers run on the ps anyway."""
+        return self.pack_transfers and not self.compute_near_weights
 
     @property
     def effective_learning_rate(self) -> float:

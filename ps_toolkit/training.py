@@ -14,7 +14,7 @@ import time
 
 import tensorflow as tf
 
-from ps_toolkit import checkpoints, fast_path, placement
+from ps_toolkit import checkpoints, fast_path, packed_transfer, placement
 from ps_toolkit.cluster import ClusterConfig
 from ps_toolkit.data import DataSplits, make_train_input
 from ps_toolkit.errors import ConfigError
@@ -62,53 +62,61 @@ def build_graph(cluster: ClusterConfig, config: TrainConfig, data: DataSplits) -
         partitioner = placement.variable_partitioner(cluster) if config.partition_variables else None
         optimizer = tf.compat.v1.train.GradientDescentOptimizer(config.effective_learning_rate)
         hooks = [input_hook]
+        # The evaluation model creates the variables, so that the training model can read them
+        # packed (packed_transfer) or inside a while loop, where variables cannot be created.
+        evaluation = _evaluation_hook(config, data, partitioner, reuse=False)
+        variables = tf.compat.v1.trainable_variables()
+
+        def loss_fn(custom_getter=None):
+            with tf.compat.v1.variable_scope("model", reuse=True, custom_getter=custom_getter):
+                return _loss(labels, build_model(config.model, images, partitioner, config.compute_near_weights))
+
         if config.steps_per_run > 1:
-            return _multi_step_graph(cluster, config, data, global_step, images, labels, optimizer, hooks)
-        with tf.compat.v1.variable_scope("model"):
-            loss = _loss(labels, build_model(config.model, images, partitioner, config.compute_near_weights))
+            multi_step = _multi_step_run(config, global_step, optimizer, loss_fn, variables)
+            train_op, loss = multi_step.global_step.op, multi_step.loss
+        else:
+            multi_step = None
+            train_op, loss = _single_step(cluster, config, global_step, optimizer, hooks, loss_fn, variables)
         tf.compat.v1.summary.scalar("loss", loss)
-        if config.sync_replicas:
-            optimizer = tf.compat.v1.train.SyncReplicasOptimizer(
-                optimizer,
-                replicas_to_aggregate=config.aggregate_count(cluster),
-                total_num_replicas=cluster.num_replicas,
-            )
-        train_op = optimizer.minimize(
-            loss, global_step=global_step, colocate_gradients_with_ops=config.compute_near_weights
+    if cluster.is_chief:
+        placement.log_placement_report(placement.placement_report(num_ps=cluster.num_ps), log)
+    scaffold = tf.compat.v1.train.Scaffold(saver=tf.compat.v1.train.Saver(max_to_keep=5, sharded=True))
+    return _Graph(global_step, train_op, loss, hooks, evaluation, scaffold, multi_step)
+
+
+def _single_step(cluster, config, global_step, optimizer, hooks, loss_fn, variables) -> tuple:
+    """One step per session.run, async or sync: (train op, loss); adds the sync hooks to ``hooks``."""
+    if config.packed_transfers:
+        loss, grads_and_vars = packed_transfer.loss_and_gradients(loss_fn, variables)
+    else:
+        loss = loss_fn()
+    if config.sync_replicas:
+        optimizer = tf.compat.v1.train.SyncReplicasOptimizer(
+            optimizer,
+            replicas_to_aggregate=config.aggregate_count(cluster),
+            total_num_replicas=cluster.num_replicas,
         )
-        if config.sync_replicas:
-            # Every replica needs the hook: it runs the local-step init and,
-            # on the chief, the token init and the aggregating queue runner.
-            # Release hooks go last, after the final evaluation.
-            hooks.append(SyncReplicasHook(optimizer, cluster.is_chief))
-            hooks.append(SyncReleaseHook(sync_release_op(optimizer, global_step, 2 * cluster.num_replicas)))
-        evaluation = _evaluation_hook(config, data, partitioner)
-    if cluster.is_chief:
-        placement.log_placement_report(placement.placement_report(num_ps=cluster.num_ps), log)
-    scaffold = tf.compat.v1.train.Scaffold(saver=tf.compat.v1.train.Saver(max_to_keep=5, sharded=True))
-    return _Graph(global_step, train_op, loss, hooks, evaluation, scaffold)
+    if config.packed_transfers:
+        train_op = optimizer.apply_gradients(grads_and_vars, global_step=global_step)
+    else:
+        colocate = config.compute_near_weights  # the backward pass where the forward ran
+        train_op = optimizer.minimize(loss, global_step=global_step, colocate_gradients_with_ops=colocate)
+    if config.sync_replicas:
+        # Every replica needs the hook: it runs the local-step init and,
+        # on the chief, the token init and the aggregating queue runner.
+        # Release hooks go last, after the final evaluation.
+        hooks.append(SyncReplicasHook(optimizer, cluster.is_chief))
+        hooks.append(SyncReleaseHook(sync_release_op(optimizer, global_step, 2 * cluster.num_replicas)))
+    return train_op, loss
 
 
-def _multi_step_graph(cluster, config, data, global_step, images, labels, optimizer, hooks) -> _Graph:
-    """Async training with ``config.steps_per_run`` steps per session.run (ps_toolkit.fast_path).
-
-    Called inside build_graph's device scope. Variables cannot be created in a
-    while loop, so the evaluation model creates them and the loop reuses them.
-    """
-    partitioner = placement.variable_partitioner(cluster) if config.partition_variables else None
-    evaluation = _evaluation_hook(config, data, partitioner, reuse=False)
-
-    def loss_fn():
-        with tf.compat.v1.variable_scope("model", reuse=True):
-            return _loss(labels, build_model(config.model, images, partitioner, config.compute_near_weights))
-
-    step = fast_path.sgd_step_fn(optimizer, global_step, loss_fn, colocate_gradients=config.compute_near_weights)
-    run = fast_path.multi_step(step, config.steps_per_run)
-    tf.compat.v1.summary.scalar("loss", run.loss)
-    if cluster.is_chief:
-        placement.log_placement_report(placement.placement_report(num_ps=cluster.num_ps), log)
-    scaffold = tf.compat.v1.train.Scaffold(saver=tf.compat.v1.train.Saver(max_to_keep=5, sharded=True))
-    return _Graph(global_step, run.global_step.op, run.loss, hooks, evaluation, scaffold, run)
+def _multi_step_run(config, global_step, optimizer, loss_fn, variables) -> fast_path.MultiStep:
+    """Async training with ``config.steps_per_run`` steps per session.run (ps_toolkit.fast_path)."""
+    if config.packed_transfers:
+        step = packed_transfer.sgd_step_fn(optimizer, global_step, loss_fn, variables)
+    else:
+        step = fast_path.sgd_step_fn(optimizer, global_step, loss_fn, colocate_gradients=config.compute_near_weights)
+    return fast_path.multi_step(step, config.steps_per_run)
 
 
 def _loss(labels, logits):
