@@ -20,26 +20,6 @@ from ps_toolkit.errors import EXIT_CONFIG, ConfigError, ToolkitError
 from ps_toolkit.train_config import MODEL_NAMES, PLACEMENT_STRATEGIES, TrainConfig
 
 FLAGS = flags.FLAGS
-# The training flags a launcher may pass through to every task.
-TRAINING_FLAG_NAMES = (
-    "model",
-    "data_dir",
-    "train_steps",
-    "batch_size",
-    "learning_rate",
-    "sync_replicas",
-    "replicas_to_aggregate",
-    "checkpoint_dir",
-    "save_checkpoint_steps",
-    "save_checkpoint_secs",
-    "placement",
-    "partition_variables",
-    "seed",
-    "watchdog_secs",
-    "steps_per_run",
-    "compute_near_weights",
-    "pack_transfers",
-)
 
 
 def define_cluster_flags() -> None:

@@ -31,21 +31,27 @@ class MultiStep:
     global_step: tf.Tensor  # the global step after the last iteration's increment
 
 
-def sgd_step_fn(optimizer, global_step, loss_fn, colocate_gradients: bool = False):
+def sgd_step_fn(optimizer, global_step, loss_fn):
     """A loop body: builds ``loss_fn()``, applies its gradients, then increments ``global_step``.
-
-    ``colocate_gradients``: each gradient op on the device of its forward op
-    (needed when the model runs layers on the ps, ``models`` near_weights).
 
     Returns a callable giving (loss, the update op). The model's variables
     must already exist (build it once outside the loop, e.g. for evaluation):
     variables cannot be created inside a while loop.
     """
 
-    def step():
+    def loss_and_gradients():
         loss = loss_fn()
-        gradients = optimizer.compute_gradients(loss, colocate_gradients_with_ops=colocate_gradients)
-        apply = optimizer.apply_gradients(gradients)
+        return loss, optimizer.compute_gradients(loss)
+
+    return apply_step_fn(optimizer, global_step, loss_and_gradients)
+
+
+def apply_step_fn(optimizer, global_step, loss_and_gradients):
+    """Like ``sgd_step_fn``, with the gradients from ``loss_and_gradients()``: (loss, (gradient, variable) pairs)."""
+
+    def step():
+        loss, grads_and_vars = loss_and_gradients()
+        apply = optimizer.apply_gradients(grads_and_vars)
         with tf.control_dependencies([apply]):
             # Not read back: that would be one more ps-to-worker transfer per step.
             increment = global_step.assign_add(1, read_value=False)

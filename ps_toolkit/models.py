@@ -14,6 +14,8 @@ the backward pass runs there too.
 
 from __future__ import annotations
 
+import contextlib
+
 import tensorflow as tf
 
 from ps_toolkit.data import IMAGE_PIXELS, NUM_CLASSES
@@ -32,10 +34,8 @@ def _dense(inputs, units: int, name: str, partitioner=None, initializer=None, ne
             partitioner=partitioner,
         )
         biases = tf.compat.v1.get_variable("biases", [units], initializer=tf.compat.v1.zeros_initializer())
-    if near_weights:
-        with tf.compat.v1.device(weights.device):
-            return tf.matmul(inputs, weights) + biases
-    return tf.matmul(inputs, weights) + biases
+    with tf.compat.v1.device(weights.device) if near_weights else contextlib.nullcontext():
+        return tf.matmul(inputs, weights) + biases
 
 
 def softmax_regression(images, partitioner=None, near_weights=False):

@@ -14,7 +14,8 @@ than it saves (measured on the 784x4096 matrix of the ``wide`` model: 34.4
 against 38.2 steps/s, docs/performance.md).
 
 Example (inside the replica's device scope, variables already created):
-    step = packed_transfer.sgd_step_fn(optimizer, global_step, loss_fn, tf.compat.v1.trainable_variables())
+    loss, grads_and_vars = packed_transfer.loss_and_gradients(loss_fn, tf.compat.v1.trainable_variables())
+    train_op = optimizer.apply_gradients(grads_and_vars, global_step=global_step)
     # loss_fn(custom_getter) must build the model under that variable-scope custom getter
 """
 
@@ -97,20 +98,3 @@ def loss_and_gradients(loss_fn: Callable, variables: Sequence[tf.Variable]) -> t
     gradients = tf.gradients(loss, [values[v.name] for v in variables])
     used = [(g, v) for g, v in zip(gradients, variables, strict=True) if g is not None]
     return loss, packed_gradients([g for g, _ in used], [v for _, v in used])
-
-
-def sgd_step_fn(optimizer, global_step, loss_fn: Callable, variables: Sequence[tf.Variable]) -> Callable:
-    """A ``fast_path.multi_step`` loop body like ``fast_path.sgd_step_fn``, with packed transfers.
-
-    ``loss_fn(custom_getter)`` builds the loss with ``custom_getter`` on its
-    variable scope; every variable it reads must be in ``variables``.
-    """
-
-    def step():
-        loss, grads_and_vars = loss_and_gradients(loss_fn, variables)
-        apply = optimizer.apply_gradients(grads_and_vars)
-        with tf.control_dependencies([apply]):
-            increment = global_step.assign_add(1, read_value=False)
-        return loss, increment
-
-    return step

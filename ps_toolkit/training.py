@@ -64,7 +64,7 @@ def build_graph(cluster: ClusterConfig, config: TrainConfig, data: DataSplits) -
         hooks = [input_hook]
         # The evaluation model creates the variables, so that the training model can read them
         # packed (packed_transfer) or inside a while loop, where variables cannot be created.
-        evaluation = _evaluation_hook(config, data, partitioner, reuse=False)
+        evaluation = _evaluation_hook(config, data, partitioner)
         variables = tf.compat.v1.trainable_variables()
 
         def loss_fn(custom_getter=None):
@@ -84,23 +84,25 @@ def build_graph(cluster: ClusterConfig, config: TrainConfig, data: DataSplits) -
     return _Graph(global_step, train_op, loss, hooks, evaluation, scaffold, multi_step)
 
 
+def _loss_and_gradients(config, optimizer, loss_fn, variables) -> tuple:
+    """The training loss and its (gradient, variable) pairs, moved packed unless the layers run on the ps."""
+    if config.packed_transfers:
+        return packed_transfer.loss_and_gradients(loss_fn, variables)
+    loss = loss_fn()
+    # With near_weights the backward pass runs where the forward ran: on the ps.
+    return loss, optimizer.compute_gradients(loss, colocate_gradients_with_ops=config.compute_near_weights)
+
+
 def _single_step(cluster, config, global_step, optimizer, hooks, loss_fn, variables) -> tuple:
     """One step per session.run, async or sync: (train op, loss); adds the sync hooks to ``hooks``."""
-    if config.packed_transfers:
-        loss, grads_and_vars = packed_transfer.loss_and_gradients(loss_fn, variables)
-    else:
-        loss = loss_fn()
+    loss, grads_and_vars = _loss_and_gradients(config, optimizer, loss_fn, variables)
     if config.sync_replicas:
         optimizer = tf.compat.v1.train.SyncReplicasOptimizer(
             optimizer,
             replicas_to_aggregate=config.aggregate_count(cluster),
             total_num_replicas=cluster.num_replicas,
         )
-    if config.packed_transfers:
-        train_op = optimizer.apply_gradients(grads_and_vars, global_step=global_step)
-    else:
-        colocate = config.compute_near_weights  # the backward pass where the forward ran
-        train_op = optimizer.minimize(loss, global_step=global_step, colocate_gradients_with_ops=colocate)
+    train_op = optimizer.apply_gradients(grads_and_vars, global_step=global_step)
     if config.sync_replicas:
         # Every replica needs the hook: it runs the local-step init and,
         # on the chief, the token init and the aggregating queue runner.
@@ -112,10 +114,9 @@ def _single_step(cluster, config, global_step, optimizer, hooks, loss_fn, variab
 
 def _multi_step_run(config, global_step, optimizer, loss_fn, variables) -> fast_path.MultiStep:
     """Async training with ``config.steps_per_run`` steps per session.run (ps_toolkit.fast_path)."""
-    if config.packed_transfers:
-        step = packed_transfer.sgd_step_fn(optimizer, global_step, loss_fn, variables)
-    else:
-        step = fast_path.sgd_step_fn(optimizer, global_step, loss_fn, colocate_gradients=config.compute_near_weights)
+    step = fast_path.apply_step_fn(
+        optimizer, global_step, lambda: _loss_and_gradients(config, optimizer, loss_fn, variables)
+    )
     return fast_path.multi_step(step, config.steps_per_run)
 
 
@@ -123,11 +124,11 @@ def _loss(labels, logits):
     return tf.reduce_mean(tf.nn.sparse_softmax_cross_entropy_with_logits(labels=labels, logits=logits))
 
 
-def _evaluation_hook(config: TrainConfig, data: DataSplits, partitioner, reuse=True) -> FinalEvaluationHook:
-    """Test accuracy with the model's variables (created here when ``reuse`` is False)."""
+def _evaluation_hook(config: TrainConfig, data: DataSplits, partitioner) -> FinalEvaluationHook:
+    """Test accuracy with the model's variables, which this creates."""
     images_in = tf.compat.v1.placeholder(tf.float32, [None, data.test_images.shape[1]], name="test_images")
     labels_in = tf.compat.v1.placeholder(tf.int64, [None], name="test_labels")
-    with tf.compat.v1.variable_scope("model", reuse=reuse):
+    with tf.compat.v1.variable_scope("model"):
         logits = build_model(config.model, images_in, partitioner)
     accuracy = tf.reduce_mean(tf.cast(tf.equal(tf.argmax(logits, 1), labels_in), tf.float32))
     return FinalEvaluationHook(accuracy, images_in, labels_in, data.test_images, data.test_labels)
