@@ -41,14 +41,9 @@ def session_config(
     job and themselves, so session creation never waits for another worker
     (the "CreateSession still waiting for response from worker" hang).
     """
-    cpus = os.cpu_count() or 1
-    # Tasks sharing this machine share its cores: one thread pool per core per
-    # process oversubscribes them (measured: 1 intra-op thread per task on 2
-    # cores and 3 tasks ran mlp 1.6x faster than 2).
-    neighbours = colocated_tasks(cluster)
     config = tf.compat.v1.ConfigProto(
         allow_soft_placement=True,
-        intra_op_parallelism_threads=intra_op_threads or max(1, cpus // neighbours),
+        intra_op_parallelism_threads=intra_op_threads or default_intra_op_threads(cluster),
         # Two inter-op threads keep the RPC-bound graph moving on small machines.
         inter_op_parallelism_threads=inter_op_threads or 2,
     )
@@ -60,10 +55,31 @@ def session_config(
     return config
 
 
-def colocated_tasks(cluster: ClusterConfig) -> int:
-    """How many tasks of the cluster (this one included) run on this task's host."""
+def default_intra_op_threads(cluster: ClusterConfig, cpus: int | None = None) -> int:
+    """This task's share of its host's cores for one op's arithmetic.
+
+    Tasks sharing a machine share its cores: a pool of one thread per core in
+    every process oversubscribes them (measured: 1 intra-op thread per task on
+    2 cores and 3 tasks ran mlp 1.6x faster than 2). The tasks that compute
+    (chief, workers, evaluator) share the cores among themselves; a ps mostly
+    moves bytes, so it takes a share counted over every task on the host.
+    Measured on 2 cores, 1 ps + 1 worker: the worker's 2 threads instead of 1
+    gave wide +11% and mlp +2% (docs/performance.md).
+    """
+    cpus = cpus or os.cpu_count() or 1
+    sharing = colocated_tasks(cluster) if cluster.task_type == PS else colocated_tasks(cluster, exclude_jobs=(PS,))
+    return max(1, cpus // sharing)
+
+
+def colocated_tasks(cluster: ClusterConfig, exclude_jobs: tuple[str, ...] = ()) -> int:
+    """How many tasks of the cluster (this one included, ``exclude_jobs`` not) run on this task's host."""
     own_host = _host_key(split_address(cluster.address, cluster.source)[0])
-    hosts = [split_address(a, cluster.source)[0] for job in cluster.jobs.values() for a in job]
+    hosts = [
+        split_address(a, cluster.source)[0]
+        for job, addresses in cluster.jobs.items()
+        if job not in exclude_jobs
+        for a in addresses
+    ]
     return max(1, sum(_host_key(h) == own_host for h in hosts))
 
 

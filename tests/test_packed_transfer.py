@@ -47,6 +47,46 @@ def test_packed_step_is_plain_sgd(partitioned):
     assert not np.allclose(plain[0], _initial_weights(partitioner)[0]), "the step changed nothing"
 
 
+def _three_sgd_steps(packed_in_loop: bool) -> list[np.ndarray]:
+    """Three SGD steps on three batches from tf.data: plain, one per run, or packed in one in-graph loop."""
+    from ps_toolkit import fast_path
+
+    with tf.Graph().as_default():
+        batches = tf.data.Dataset.from_tensor_slices(np.arange(24, dtype=np.float32).reshape(3, 2, 4) / 24)
+        next_batch = tf.compat.v1.data.make_one_shot_iterator(batches).get_next
+        global_step = tf.compat.v1.train.get_or_create_global_step()
+        with tf.compat.v1.variable_scope("model"):
+            _model(tf.zeros([1, 4]))  # creates the variables
+        variables = tf.compat.v1.trainable_variables()
+        optimizer = tf.compat.v1.train.GradientDescentOptimizer(0.1)
+
+        def loss_fn(custom_getter=None):
+            with tf.compat.v1.variable_scope("model", reuse=True, custom_getter=custom_getter):
+                return _model(next_batch())
+
+        with tf.compat.v1.Session() as session:
+            if packed_in_loop:
+                step = fast_path.apply_step_fn(
+                    optimizer, global_step, lambda: packed_transfer.loss_and_gradients(loss_fn, variables)
+                )
+                run = fast_path.multi_step(step, 3)
+                session.run(tf.compat.v1.global_variables_initializer())
+                assert session.run(run.global_step) == 3
+            else:
+                train_op = optimizer.minimize(loss_fn())
+                session.run(tf.compat.v1.global_variables_initializer())
+                for _ in range(3):
+                    session.run(train_op)
+            return session.run(variables)
+
+
+def test_packed_steps_in_the_in_graph_loop_are_plain_sgd_on_successive_batches():
+    plain, looped = _three_sgd_steps(False), _three_sgd_steps(True)
+    for a, b in zip(plain, looped, strict=True):
+        np.testing.assert_allclose(a, b, rtol=1e-5)
+    assert not np.allclose(plain[0], _initial_weights(None)[0]), "the steps changed nothing"
+
+
 def _initial_weights(partitioner):
     with tf.Graph().as_default():
         with tf.compat.v1.variable_scope("model"):

@@ -1,0 +1,43 @@
+"""How a task's session config shares its host's cores."""
+
+from ps_toolkit.cluster import ClusterConfig
+from ps_toolkit.server import default_intra_op_threads, session_config
+
+
+def local(job_name, task_index=0, workers=1, ps=1, ps_host="localhost"):
+    return ClusterConfig.from_host_flags(
+        ps_hosts=",".join(f"{ps_host}:{2222 + i}" for i in range(ps)),
+        worker_hosts=",".join(f"localhost:{2300 + i}" for i in range(workers)),
+        job_name=job_name,
+        task_index=task_index,
+    )
+
+
+def test_a_lone_worker_gets_every_core_and_the_ps_its_share():
+    # 1 ps + 1 worker on 2 cores: the worker computes, the ps mostly moves bytes.
+    assert default_intra_op_threads(local("worker"), cpus=2) == 2
+    assert default_intra_op_threads(local("ps"), cpus=2) == 1
+
+
+def test_computing_tasks_split_the_cores_between_them():
+    assert default_intra_op_threads(local("worker", 1, workers=2), cpus=2) == 1
+    assert default_intra_op_threads(local("worker", 0, workers=2, ps=2), cpus=8) == 4
+    assert default_intra_op_threads(local("ps", 1, workers=2, ps=2), cpus=8) == 2
+    # Never fewer than one thread, however crowded the host.
+    assert default_intra_op_threads(local("worker", 0, workers=4), cpus=2) == 1
+
+
+def test_tasks_on_other_hosts_do_not_take_a_share():
+    # The ps lives elsewhere: it neither takes this host's cores nor counts here.
+    assert default_intra_op_threads(local("worker", 0, workers=1, ps_host="10.0.0.9"), cpus=4) == 4
+    assert default_intra_op_threads(local("ps", 0, workers=3, ps_host="10.0.0.9"), cpus=4) == 4
+
+
+def test_explicit_thread_counts_win_and_roles_see_only_their_peers():
+    config = session_config(local("worker", 0, workers=2), intra_op_threads=3, inter_op_threads=5)
+    assert config.intra_op_parallelism_threads == 3
+    assert config.inter_op_parallelism_threads == 5
+    assert list(config.device_filters) == ["/job:ps", "/job:worker/task:0"]
+    ps_config = session_config(local("ps"))
+    assert ps_config.device_count["GPU"] == 0
+    assert list(ps_config.device_filters) == ["/job:ps/task:0"]
