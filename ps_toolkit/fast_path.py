@@ -17,7 +17,6 @@ Example:
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 
 import tensorflow as tf
@@ -73,38 +72,17 @@ def multi_step(step_fn, default_steps: int) -> MultiStep:
             return i + 1, tf.cast(loss, tf.float32)
 
     # One iteration at a time: step i+1 must read the parameters step i updated.
-    with tf1_control_flow():
-        _, loss = tf.compat.v1.while_loop(
-            lambda i, _: i < num_steps,
-            body,
-            [tf.constant(0), tf.constant(0.0)],
-            parallel_iterations=1,
-            back_prop=False,
-            name="steps_per_run_loop",
-        )
+    _, loss = tf.while_loop(
+        lambda i, _: i < num_steps,
+        body,
+        [tf.constant(0), tf.constant(0.0)],
+        parallel_iterations=1,
+        back_prop=False,
+        name="steps_per_run_loop",
+    )
     with tf.control_dependencies([loss]):
         new_step = tf.compat.v1.train.get_global_step().read_value()
     return MultiStep(num_steps, loss, new_step)
-
-
-@contextlib.contextmanager
-def tf1_control_flow():
-    """Builds the loops made inside it with TF1 control flow, then puts the previous choice back.
-
-    A TF1 loop (Enter/Exit/NextIteration ops) is split with the graph across the
-    worker and the ps, so each task runs its part of every iteration natively; a
-    TF2 loop (one functional While op) calls a multi-device function on every
-    iteration. Measured on mlp, 1 ps + 2 workers: 9.98 -> 9.15 CPU ms per step,
-    177 -> 192 steps/s (docs/performance.md). TensorFlow's switch is
-    process-wide, hence set only while the loop is built.
-    """
-    was_v2 = tf.compat.v1.control_flow_v2_enabled()
-    tf.compat.v1.disable_control_flow_v2()
-    try:
-        yield
-    finally:
-        if was_v2:
-            tf.compat.v1.enable_control_flow_v2()
 
 
 def steps_for_next_run(global_step: int, train_steps: int, num_replicas: int, steps_per_run: int) -> int:

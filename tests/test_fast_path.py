@@ -36,21 +36,3 @@ def test_multi_step_runs_several_sgd_steps_in_one_session_run():
             _, step_value = session.run([run.loss, run.global_step], {run.num_steps: 2})
             assert step_value == 7
     assert np.isfinite(expected)
-
-
-def test_the_loop_is_built_with_tf1_control_flow_and_the_process_switch_is_restored():
-    import tensorflow as tf
-
-    from ps_toolkit import fast_path
-
-    assert tf.compat.v1.control_flow_v2_enabled()
-    with tf.Graph().as_default() as graph:
-        global_step = tf.compat.v1.train.get_or_create_global_step()
-        weight = tf.compat.v1.get_variable("w", initializer=0.0)
-        optimizer = tf.compat.v1.train.GradientDescentOptimizer(0.1)
-        fast_path.multi_step(fast_path.sgd_step_fn(optimizer, global_step, lambda: tf.square(weight)), 3)
-        op_types = {op.type for op in graph.get_operations()}
-    # TF1 frames (Enter/Exit/NextIteration), not one functional While op.
-    assert {"Enter", "Exit", "NextIteration"} <= op_types
-    assert not op_types & {"While", "StatelessWhile"}
-    assert tf.compat.v1.control_flow_v2_enabled()
