@@ -10,7 +10,7 @@ parameter servers and pushes its update there, so the algorithm is unchanged
 
 Example:
     with tf.compat.v1.device(device_fn):
-        step = fast_path.sgd_step_fn(optimizer, global_step, lambda: loss_of(iterator.get_next()))
+        step = fast_path.apply_step_fn(optimizer, global_step, lambda: loss_and_gradients(iterator.get_next()))
         run = fast_path.multi_step(step, steps_per_run)
     ... session.run([run.loss, run.global_step], {run.num_steps: 10})
 """
@@ -31,23 +31,14 @@ class MultiStep:
     global_step: tf.Tensor  # the global step after the last iteration's increment
 
 
-def sgd_step_fn(optimizer, global_step, loss_fn):
-    """A loop body: builds ``loss_fn()``, applies its gradients, then increments ``global_step``.
+def apply_step_fn(optimizer, global_step, loss_and_gradients):
+    """A loop body: applies the gradients ``loss_and_gradients()`` builds, then increments ``global_step``.
 
-    Returns a callable giving (loss, the update op). The model's variables
+    ``loss_and_gradients()`` returns (loss, (gradient, variable) pairs); the
+    result is a callable giving (loss, the update op). The model's variables
     must already exist (build it once outside the loop, e.g. for evaluation):
     variables cannot be created inside a while loop.
     """
-
-    def loss_and_gradients():
-        loss = loss_fn()
-        return loss, optimizer.compute_gradients(loss)
-
-    return apply_step_fn(optimizer, global_step, loss_and_gradients)
-
-
-def apply_step_fn(optimizer, global_step, loss_and_gradients):
-    """Like ``sgd_step_fn``, with the gradients from ``loss_and_gradients()``: (loss, (gradient, variable) pairs)."""
 
     def step():
         loss, grads_and_vars = loss_and_gradients()

@@ -22,7 +22,12 @@ def test_multi_step_runs_several_sgd_steps_in_one_session_run():
         global_step = tf.compat.v1.train.get_or_create_global_step()
         weight = tf.compat.v1.get_variable("w", initializer=0.0)
         optimizer = tf.compat.v1.train.GradientDescentOptimizer(0.1)
-        step = fast_path.sgd_step_fn(optimizer, global_step, lambda: tf.square(weight * 2.0 - 6.0))
+
+        def loss_and_gradients():
+            loss = tf.square(weight * 2.0 - 6.0)
+            return loss, optimizer.compute_gradients(loss)
+
+        step = fast_path.apply_step_fn(optimizer, global_step, loss_and_gradients)
         run = fast_path.multi_step(step, 5)
         with tf.compat.v1.Session() as session:
             session.run(tf.compat.v1.global_variables_initializer())

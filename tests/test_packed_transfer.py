@@ -48,7 +48,7 @@ def test_packed_step_is_plain_sgd(partitioned):
 
 
 def _three_sgd_steps(packed_in_loop: bool) -> list[np.ndarray]:
-    """Three SGD steps on three batches from tf.data: plain, one per run, or packed in one in-graph loop."""
+    """Three SGD steps on three batches from tf.data: plain one per run, or packed in one in-graph loop."""
     from ps_toolkit import fast_path
 
     with tf.Graph().as_default():
