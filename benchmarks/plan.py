@@ -14,7 +14,7 @@ NEAR_WEIGHTS_MODELS = ("mlp", "wide")
 
 
 def quick(models=MODEL_NAMES, steps_scale: float = 1.0) -> list[Config]:
-    """The configurations the targets are stated for (1 ps + 2 workers), plus mlp sync and mlp one step per run."""
+    """The configurations the targets are stated for (1 ps + 2 workers), plus mlp sync and one step per run."""
     configs = []
     for model in models:
         steps = _steps(model, steps_scale)
@@ -24,7 +24,7 @@ def quick(models=MODEL_NAMES, steps_scale: float = 1.0) -> list[Config]:
         configs.append(Config(SINGLE, model, ASYNC, 0, 1, steps))
     mlp = "mlp" if "mlp" in models else models[0]  # the model the 50%-of-single target is stated for
     configs += [Config(TOOLKIT_1STEP, mlp, ASYNC, 1, 2, _steps(mlp, steps_scale))]
-    configs += [Config(s, mlp, SYNC, 1, 2, _steps(mlp, steps_scale) // 2) for s in (TOOLKIT, RAW)]
+    configs += [Config(s, mlp, SYNC, 1, 2, _steps(mlp, steps_scale) // 2) for s in (TOOLKIT, RAW, TOOLKIT_1STEP)]
     return configs
 
 
@@ -36,8 +36,7 @@ def full(models=MODEL_NAMES, steps_scale: float = 1.0) -> list[Config]:
         for num_ps, num_workers in TOPOLOGIES:
             for mode in (ASYNC, SYNC):
                 mode_steps = steps if mode == ASYNC else steps // 2
-                # Sync runs one step per session.run whatever the system: no ps_toolkit_1step there.
-                systems = (TOOLKIT, RAW) + ((TOOLKIT_1STEP, TF2) if mode == ASYNC else ())
+                systems = (TOOLKIT, RAW, TOOLKIT_1STEP) + ((TF2,) if mode == ASYNC else ())
                 systems += (TOOLKIT_NEAR,) if model in NEAR_WEIGHTS_MODELS else ()
                 configs += [Config(s, model, mode, num_ps, num_workers, mode_steps) for s in systems]
         configs.append(Config(SINGLE, model, ASYNC, 0, 1, steps))

@@ -49,7 +49,7 @@ def define_training_flags() -> None:
     flags.DEFINE_enum("placement", "round_robin", list(PLACEMENT_STRATEGIES), "How variables go to ps tasks.")
     flags.DEFINE_boolean("partition_variables", False, "Split large variables along axis 0 across ps tasks.")
     flags.DEFINE_integer("seed", 0, "Base seed; each replica shuffles with its own derived seed.")
-    flags.DEFINE_integer("steps_per_run", None, "Async steps per session.run (in-graph loop); default 20, 1 if sync.")
+    flags.DEFINE_integer("steps_per_run", 20, "Training steps per session.run, async or sync (in-graph loop).")
     flags.DEFINE_boolean(
         "compute_near_weights", False, "Run the fully connected layers on the ps holding their weights (fewer bytes)."
     )
@@ -97,7 +97,7 @@ def train_config_from_flags() -> TrainConfig:
         partition_variables=FLAGS.partition_variables,
         seed=FLAGS.seed,
         readiness_poll_secs=FLAGS.readiness_poll_secs,
-        steps_per_run=FLAGS.steps_per_run or (1 if FLAGS.sync_replicas else 20),
+        steps_per_run=FLAGS.steps_per_run,
         watchdog_secs=FLAGS.watchdog_secs,
         compute_near_weights=FLAGS.compute_near_weights,
         pack_transfers=FLAGS.pack_transfers,

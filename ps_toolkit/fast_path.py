@@ -29,6 +29,7 @@ class MultiStep:
     num_steps: tf.Tensor  # scalar int32 placeholder with a default
     loss: tf.Tensor  # the last iteration's loss
     global_step: tf.Tensor  # the global step after the last iteration's increment
+    steps_done: tf.Tensor  # iterations the loop ran (fewer than num_steps when it stops early)
 
 
 def apply_step_fn(optimizer, global_step, loss_and_gradients):
@@ -63,7 +64,7 @@ def multi_step(step_fn, default_steps: int) -> MultiStep:
             return i + 1, tf.cast(loss, tf.float32)
 
     # One iteration at a time: step i+1 must read the parameters step i updated.
-    _, loss = tf.while_loop(
+    steps_done, loss = tf.while_loop(
         lambda i, _: i < num_steps,
         body,
         [tf.constant(0), tf.constant(0.0)],
@@ -73,7 +74,7 @@ def multi_step(step_fn, default_steps: int) -> MultiStep:
     )
     with tf.control_dependencies([loss]):
         new_step = tf.compat.v1.train.get_global_step().read_value()
-    return MultiStep(num_steps, loss, new_step)
+    return MultiStep(num_steps, loss, new_step, steps_done)
 
 
 def steps_for_next_run(global_step: int, train_steps: int, num_replicas: int, steps_per_run: int) -> int:

@@ -80,8 +80,6 @@ class TrainConfig:
                     f"--replicas_to_aggregate={self.replicas_to_aggregate} must be between 1 and "
                     f"the number of training replicas, {cluster.num_replicas}"
                 )
-        if self.sync_replicas and self.steps_per_run != 1:
-            raise ConfigError(f"--steps_per_run={self.steps_per_run} needs async training; use 1 with --sync_replicas")
         if self.compute_near_weights and self.partition_variables:
             raise ConfigError(
                 "--compute_near_weights runs each layer where its whole weight matrix lives; "

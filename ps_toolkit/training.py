@@ -14,7 +14,7 @@ import time
 
 import tensorflow as tf
 
-from ps_toolkit import checkpoints, fast_path, packed_transfer, placement
+from ps_toolkit import checkpoints, fast_path, packed_transfer, placement, sync_loop
 from ps_toolkit.cluster import ClusterConfig
 from ps_toolkit.data import DataSplits, make_train_input
 from ps_toolkit.errors import ConfigError
@@ -71,7 +71,10 @@ def build_graph(cluster: ClusterConfig, config: TrainConfig, data: DataSplits) -
             with tf.compat.v1.variable_scope("model", reuse=True, custom_getter=custom_getter):
                 return _loss(labels, build_model(config.model, images, partitioner, config.compute_near_weights))
 
-        if config.steps_per_run > 1:
+        if config.steps_per_run > 1 and config.sync_replicas:
+            multi_step = _sync_multi_step_run(cluster, config, global_step, optimizer, hooks, loss_fn, variables)
+            train_op, loss = multi_step.global_step.op, multi_step.loss
+        elif config.steps_per_run > 1:
             multi_step = _multi_step_run(config, global_step, optimizer, loss_fn, variables)
             train_op, loss = multi_step.global_step.op, multi_step.loss
         else:
@@ -97,19 +100,42 @@ def _single_step(cluster, config, global_step, optimizer, hooks, loss_fn, variab
     """One step per session.run, async or sync: (train op, loss); adds the sync hooks to ``hooks``."""
     loss, grads_and_vars = _loss_and_gradients(config, optimizer, loss_fn, variables)
     if config.sync_replicas:
-        optimizer = tf.compat.v1.train.SyncReplicasOptimizer(
-            optimizer,
-            replicas_to_aggregate=config.aggregate_count(cluster),
-            total_num_replicas=cluster.num_replicas,
-        )
+        optimizer = _sync_optimizer(cluster, config, optimizer)
     train_op = optimizer.apply_gradients(grads_and_vars, global_step=global_step)
     if config.sync_replicas:
-        # Every replica needs the hook: it runs the local-step init and,
-        # on the chief, the token init and the aggregating queue runner.
-        # Release hooks go last, after the final evaluation.
-        hooks.append(SyncReplicasHook(optimizer, cluster.is_chief))
-        hooks.append(SyncReleaseHook(sync_release_op(optimizer, global_step, 2 * cluster.num_replicas)))
+        _add_sync_hooks(cluster, config, optimizer, global_step, hooks)
     return train_op, loss
+
+
+def _sync_optimizer(cluster, config, optimizer):
+    return tf.compat.v1.train.SyncReplicasOptimizer(
+        optimizer, replicas_to_aggregate=config.aggregate_count(cluster), total_num_replicas=cluster.num_replicas
+    )
+
+
+def _add_sync_hooks(cluster, config, sync_optimizer, global_step, hooks) -> None:
+    # Every replica needs the hook: it runs the local-step init and,
+    # on the chief, the token init and the aggregating queue runner.
+    hooks.append(SyncReplicasHook(sync_optimizer, cluster.is_chief))
+    # Release hooks go last, after the final evaluation. Enough tokens for every
+    # replica to finish a run of steps_per_run steps, and one more.
+    tokens = (config.steps_per_run + 1) * cluster.num_replicas
+    hooks.append(SyncReleaseHook(sync_release_op(sync_optimizer, global_step, tokens)))
+
+
+def _sync_multi_step_run(cluster, config, global_step, optimizer, hooks, loss_fn, variables) -> fast_path.MultiStep:
+    """Sync training with up to ``config.steps_per_run`` steps per session.run (ps_toolkit.sync_loop)."""
+    sync_optimizer = _sync_optimizer(cluster, config, optimizer)
+    run = sync_loop.multi_step(
+        sync_optimizer,
+        global_step,
+        variables,
+        lambda: _loss_and_gradients(config, optimizer, loss_fn, variables),
+        steps_per_run=config.steps_per_run,
+        last_step=config.train_steps,
+    )
+    _add_sync_hooks(cluster, config, sync_optimizer, global_step, hooks)
+    return run
 
 
 def _multi_step_run(config, global_step, optimizer, loss_fn, variables) -> fast_path.MultiStep:
@@ -175,7 +201,8 @@ def _step_dependency(cluster: ClusterConfig, config: TrainConfig) -> str:
 
 def _steps_feed(graph: _Graph, config: TrainConfig, cluster: ClusterConfig, progress: ProgressHook):
     """How many steps the next run takes: fewer near the end, so the replicas stop near train_steps."""
-    if graph.multi_step is None:
+    if graph.multi_step is None or config.sync_replicas:
+        # A sync loop stops by itself at the last step: every replica takes every step.
         return None
     count = fast_path.steps_for_next_run(
         progress.last_global_step or 0, config.train_steps, cluster.num_replicas, config.steps_per_run
@@ -206,7 +233,7 @@ def train(
             job=cluster.task_type,
             task=cluster.task_index,
             every_secs=config.progress_every_secs,
-            steps_in_run=graph.multi_step.num_steps if graph.multi_step else None,
+            steps_in_run=graph.multi_step.steps_done if graph.multi_step else None,
         )
         if on_progress is not None:
             progress.add_listener(on_progress)

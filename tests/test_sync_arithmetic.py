@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from ps_toolkit import placement
+from ps_toolkit import placement, sync_loop
 from ps_toolkit.hooks import SyncReplicasHook
 from ps_toolkit.local_cluster import InProcessCluster
 
@@ -93,3 +93,73 @@ def test_one_of_three_applies_each_gradient_alone(cluster):
     np.testing.assert_allclose(value0, [0.0 - 0.2, 1.0 - 0.2], rtol=1e-6)
     np.testing.assert_allclose(value1, [2.0 - 0.4], rtol=1e-6)
     chief_session.close()
+
+
+def build_looping_worker(cluster, index, steps_per_run, last_step):
+    """Worker ``index`` with ps_toolkit.sync_loop: up to ``steps_per_run`` sync steps per run."""
+    config = cluster.cluster_config("worker", index)
+    graph = tf.Graph()
+    with graph.as_default(), tf.compat.v1.device(placement.device_setter(config)):
+        global_step = tf.compat.v1.train.get_or_create_global_step()
+        var0 = tf.compat.v1.get_variable("var0", initializer=[0.0, 1.0])
+        var1 = tf.compat.v1.get_variable("var1", initializer=[2.0])
+        optimizer = tf.compat.v1.train.SyncReplicasOptimizer(
+            tf.compat.v1.train.GradientDescentOptimizer(LEARNING_RATE),
+            replicas_to_aggregate=config.num_replicas,
+            total_num_replicas=config.num_replicas,
+        )
+
+        def loss_and_gradients():
+            # The gradient is fixed; the loss is a variable read, so each iteration reads the ps afresh.
+            grad0, grad1 = (tf.constant(g) for g in GRADIENTS[index])
+            return tf.reduce_sum(var0.read_value()), [(grad0, var0), (grad1, var1)]
+
+        run = sync_loop.multi_step(optimizer, global_step, [var0, var1], loss_and_gradients, steps_per_run, last_step)
+        hook = SyncReplicasHook(optimizer, config.is_chief, num_tokens=0)
+        session = tf.compat.v1.train.MonitoredTrainingSession(
+            master=cluster.targets["worker"][index],
+            is_chief=config.is_chief,
+            hooks=[hook],
+            config=tf.compat.v1.ConfigProto(device_filters=["/job:ps", config.device]),
+            stop_grace_period_secs=1,
+        )
+    return session, run, (global_step, var0, var1)
+
+
+@pytest.fixture
+def two_worker_cluster():
+    with InProcessCluster(num_ps=1, num_workers=2) as local:
+        yield local
+
+
+def test_sync_loop_takes_several_averaged_steps_in_one_run(two_worker_cluster):
+    workers = [build_looping_worker(two_worker_cluster, i, steps_per_run=3, last_step=100) for i in range(2)]
+    run_concurrently([(session, [run.global_step, run.steps_done]) for session, run, _ in workers])
+    session, run, (global_step, var0, var1) = workers[0]
+    step, value0, value1 = session.run([global_step, var0, var1])
+    assert step == 3
+    # Three steps, each the mean of workers 0 and 1: var0 -= 3 * 2.0 * 0.5; var1 -= 3 * 2.0 * 0.6.
+    np.testing.assert_allclose(value0, [0.0 - 3.0, 1.0 - 3.0], rtol=1e-6)
+    np.testing.assert_allclose(value1, [2.0 - 3.6], rtol=1e-6)
+    for session, _, _ in workers:
+        session.close()
+
+
+def test_sync_loop_stops_at_the_last_step_without_waiting(two_worker_cluster):
+    """Asked for 5 steps with 2 left, every replica takes 2 and returns: no one waits for a sixth token."""
+    workers = [build_looping_worker(two_worker_cluster, i, steps_per_run=5, last_step=2) for i in range(2)]
+    done = {}
+
+    def run_once(index):
+        session, run, _ = workers[index]
+        done[index] = session.run([run.global_step, run.steps_done])
+
+    threads = [threading.Thread(target=run_once, args=(i,), daemon=True) for i in range(2)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=60)
+    assert not any(t.is_alive() for t in threads), "a replica waited past the last step"
+    assert [list(done[i]) for i in range(2)] == [[2, 2], [2, 2]]
+    for session, _, _ in workers:
+        session.close()

@@ -1,0 +1,105 @@
+"""Several synchronous steps per session.run: SyncReplicasOptimizer's replica side inside an in-graph loop.
+
+A sync step is a chain of waits (push gradients, wait for the aggregated
+update's token, pull the new parameters); with one step per ``session.run``
+every link also pays a Python run through the hooks, the master's RunStep and
+a RunGraph RPC to each ps. Here each iteration of a ``tf.while_loop`` does
+what TensorFlow's replica train op does (push each gradient into its
+accumulator with the replica's local step, take a token, adopt its step as
+the new local step), so that overhead is paid once per run.
+
+The aggregation is TensorFlow's own: the accumulators, the token queue and
+the chief's queue runner are those ``SyncReplicasOptimizer.apply_gradients``
+builds, once, outside the loop. So staleness checks, backup replicas
+(``replicas_to_aggregate`` < replicas) and the chief's init ops are unchanged.
+
+Why it cannot hang at the end: the loop also stops as soon as the global step
+reaches the last step, read on every iteration, so no replica asks for a
+token past the end of training; a replica already waiting for one is freed by
+the release tokens (``hooks.SyncReleaseHook``) of the first replica to end.
+
+Example (inside the replica's device scope, the model's variables already created):
+    sync = tf.compat.v1.train.SyncReplicasOptimizer(optimizer, replicas_to_aggregate=2, total_num_replicas=2)
+    run = sync_loop.multi_step(sync, global_step, variables, loss_and_gradients, steps_per_run=10, last_step=1000)
+    ... session.run(run.global_step.op, {run.num_steps: 10})
+"""
+
+from __future__ import annotations
+
+import contextlib
+
+import tensorflow as tf
+
+from ps_toolkit.fast_path import MultiStep
+
+
+def multi_step(sync_optimizer, global_step, variables, loss_and_gradients, steps_per_run: int, last_step: int):
+    """Up to ``num_steps`` sync steps in one run, stopping early once ``global_step`` reaches ``last_step``.
+
+    ``loss_and_gradients()`` returns (loss, (gradient, variable) pairs) for
+    ``variables``; it is called inside the loop, once. Builds the optimizer's
+    aggregation (its chief queue runner, token queue and init ops) as a side
+    effect, exactly as ``sync_optimizer.apply_gradients`` would.
+    """
+    if steps_per_run < 1:
+        raise ValueError(f"steps per run must be at least 1, got {steps_per_run}")
+    accumulators = _build_aggregation(sync_optimizer, global_step, variables)
+    # SyncReplicasOptimizer keeps these private; they are what its own replica train op uses.
+    local_step = sync_optimizer._local_step  # noqa: SLF001
+    token_queue = sync_optimizer._sync_token_queue  # noqa: SLF001
+    num_steps = tf.compat.v1.placeholder_with_default(tf.constant(steps_per_run, tf.int32), [], name="steps_per_run")
+
+    def body(i, _loss):
+        loss, grads_and_vars = loss_and_gradients()
+        pushes = []
+        for grad, var in grads_and_vars:
+            with tf.compat.v1.device(var.device):
+                pushes.append(accumulators[var.name].apply_grad(grad, local_step=local_step))
+        with tf.compat.v1.device(global_step.device), tf.control_dependencies(pushes):
+            token = token_queue.dequeue()
+        with tf.control_dependencies([tf.compat.v1.assign(local_step, token)]):
+            return i + 1, tf.cast(loss, tf.float32)
+
+    def keep_going(i, _loss):
+        with tf.compat.v1.device(global_step.device):
+            not_done = global_step.read_value() < last_step
+        return tf.logical_and(i < num_steps, not_done)
+
+    # TF1 control flow: the accumulators' handles are reference tensors, which a
+    # TF2 (functional) loop cannot carry; a TF1 loop enters them as RefEnter.
+    with _tf1_control_flow():
+        steps_done, loss = tf.compat.v1.while_loop(
+            keep_going,
+            body,
+            [tf.constant(0), tf.constant(0.0)],
+            parallel_iterations=1,
+            back_prop=False,
+            name="sync_steps_per_run_loop",
+        )
+    with tf.control_dependencies([loss]):
+        new_step = global_step.read_value()
+    return MultiStep(num_steps, loss, new_step, steps_done)
+
+
+def _build_aggregation(sync_optimizer, global_step, variables) -> dict:
+    """Has the optimizer build its accumulators, token queue and chief queue runner; returns accumulator by variable.
+
+    ``apply_gradients`` needs gradients only for their dtype and to build a
+    one-step train op, which is never run: zeros of each variable's shape do.
+    """
+    stand_ins = [(tf.zeros(v.shape, v.dtype.base_dtype), v) for v in variables]
+    sync_optimizer.apply_gradients(stand_ins, global_step=global_step)
+    pairs = sync_optimizer._accumulator_list  # noqa: SLF001  (accumulator, device) in the order given
+    return {v.name: accumulator for (accumulator, _), v in zip(pairs, variables, strict=True)}
+
+
+@contextlib.contextmanager
+def _tf1_control_flow():
+    """Builds the loops made inside it with TF1 control flow; TensorFlow's switch is process-wide."""
+    was_v2 = tf.compat.v1.control_flow_v2_enabled()
+    tf.compat.v1.disable_control_flow_v2()
+    try:
+        yield
+    finally:
+        if was_v2:
+            tf.compat.v1.enable_control_flow_v2()
