@@ -77,7 +77,7 @@ _TRAIN_FLAGS = {
     "save_summaries_steps": flags.DEFINE_integer("save_summaries_steps", None, "run_task.py flag."),
     "partition_variables": flags.DEFINE_boolean("partition_variables", None, "run_task.py flag."),
     "readiness_poll_secs": flags.DEFINE_float("readiness_poll_secs", None, "run_task.py flag."),
-    "steps_per_run": flags.DEFINE_integer("steps_per_run", None, "run_task.py --steps_per_run (async steps per run)."),
+    "steps_per_run": flags.DEFINE_integer("steps_per_run", None, "run_task.py --steps_per_run."),
     "placement": flags.DEFINE_string("placement", None, "run_task.py --placement."),
     "compute_near_weights": flags.DEFINE_boolean("compute_near_weights", None, "run_task.py flag."),
     "pack_transfers": flags.DEFINE_boolean("pack_transfers", None, "run_task.py flag."),
