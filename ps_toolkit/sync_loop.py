@@ -51,6 +51,7 @@ def multi_step(sync_optimizer, global_step, variables, loss_and_gradients, steps
 
     def body(i, _loss):
         loss, grads_and_vars = loss_and_gradients()
+        _check_every_variable_has_a_gradient(grads_and_vars, accumulators)
         pushes = []
         for grad, var in grads_and_vars:
             with tf.compat.v1.device(var.device):
@@ -91,6 +92,14 @@ def _build_aggregation(sync_optimizer, global_step, variables) -> dict:
     sync_optimizer.apply_gradients(stand_ins, global_step=global_step)
     pairs = sync_optimizer._accumulator_list  # noqa: SLF001  (accumulator, device) in the order given
     return {v.name: accumulator for (accumulator, _), v in zip(pairs, variables, strict=True)}
+
+
+def _check_every_variable_has_a_gradient(grads_and_vars, accumulators: dict) -> None:
+    """The chief's queue runner takes a gradient from EVERY accumulator: one never fed would block it forever."""
+    fed = {var.name for grad, var in grads_and_vars if grad is not None}
+    starved = sorted(set(accumulators) - fed)
+    if starved:
+        raise ValueError(f"sync training needs a gradient for every variable passed; none for {', '.join(starved)}")
 
 
 @contextlib.contextmanager

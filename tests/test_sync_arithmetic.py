@@ -163,3 +163,21 @@ def test_sync_loop_stops_at_the_last_step_without_waiting(two_worker_cluster):
     assert [list(done[i]) for i in range(2)] == [[2, 2], [2, 2]]
     for session, _, _ in workers:
         session.close()
+
+
+def test_sync_loop_refuses_a_variable_without_gradient():
+    """The chief's aggregation would wait forever on that variable's accumulator: a build-time error instead."""
+    with tf.Graph().as_default():
+        global_step = tf.compat.v1.train.get_or_create_global_step()
+        used = tf.compat.v1.get_variable("used", initializer=[1.0])
+        unused = tf.compat.v1.get_variable("unused", initializer=[2.0])
+        optimizer = tf.compat.v1.train.SyncReplicasOptimizer(
+            tf.compat.v1.train.GradientDescentOptimizer(0.1), replicas_to_aggregate=1, total_num_replicas=1
+        )
+
+        def loss_and_gradients():
+            loss = tf.reduce_sum(used.read_value())
+            return loss, [(tf.ones([1]), used), (None, unused)]
+
+        with pytest.raises(ValueError, match="none for unused:0"):
+            sync_loop.multi_step(optimizer, global_step, [used, unused], loss_and_gradients, 3, 10)
