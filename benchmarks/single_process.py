@@ -17,9 +17,10 @@ def main(_):
     data = make_data()
     clock = protocol.StepClock(task_flags.TRAIN_STEPS.value)
     with tf.Graph().as_default():
-        images, labels, input_hook = make_train_input(
+        next_batch, input_hook = make_train_input(
             data.train_images, data.train_labels, batch_size=spec.batch_size, replica_index=0, num_replicas=1, seed=0
         )
+        images, labels = next_batch()
         logits = build_model(spec.name, images)
         loss = tf.reduce_mean(tf.nn.sparse_softmax_cross_entropy_with_logits(labels=labels, logits=logits))
         global_step = tf.compat.v1.train.get_or_create_global_step()

@@ -127,7 +127,13 @@ def make_train_input(
     num_replicas: int,
     seed: int,
 ):
-    """This replica's endless, shuffled batches: returns (images, labels, init hook)."""
+    """This replica's endless, shuffled batches: returns (next_batch, init hook).
+
+    ``next_batch()`` builds a get-next op and returns (images, labels). Call it
+    where the batch is used: inside an in-graph loop's body, each iteration
+    then takes a new batch; a batch tensor made outside the loop would enter
+    it as a constant, and every step of a run would train on the same batch.
+    """
     start, end = shard_bounds(len(images), num_replicas, replica_index)
     shard_images, shard_labels = images[start:end], labels[start:end]
     if len(shard_images) < batch_size:
@@ -146,6 +152,5 @@ def make_train_input(
         .with_options(_no_autotune())
     )
     iterator = tf.compat.v1.data.make_initializable_iterator(dataset)
-    batch_images, batch_labels = iterator.get_next()
     hook = _IteratorInitHook(iterator.initializer, {images_in: shard_images, labels_in: shard_labels})
-    return batch_images, batch_labels, hook
+    return iterator.get_next, hook

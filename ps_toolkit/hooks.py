@@ -23,9 +23,14 @@ class ProgressHook(tf.compat.v1.train.SessionRunHook):
     global step after every step (the watchdog listens there).
     """
 
-    def __init__(self, *, loss, global_step, job: str, task: int, every_secs: float = 2.0, steps_in_run=None):
-        # With ps_toolkit.fast_path a run takes several steps; this tensor says how many.
+    def __init__(
+        self, *, loss, global_step, job: str, task: int, every_secs: float = 2.0, steps_in_run=None, step_after_run=None
+    ):
+        # With an in-graph loop a run takes several steps; ``steps_in_run`` says how
+        # many, and ``step_after_run`` is the global step read after the loop: a
+        # fetch of the variable itself may be read before the loop's first update.
         self._steps_in_run = steps_in_run
+        self._step_after_run = step_after_run if step_after_run is not None else global_step
         self._loss = loss
         self._global_step = global_step
         self._job, self._task = job, task
@@ -44,18 +49,22 @@ class ProgressHook(tf.compat.v1.train.SessionRunHook):
         self._mark = (time.monotonic(), self.last_global_step)
 
     def before_run(self, run_context):
-        fetches = [self._loss, self._global_step]
+        fetches = [self._loss, self._step_after_run]
         if self._steps_in_run is not None:
             fetches.append(self._steps_in_run)
         return tf.compat.v1.train.SessionRunArgs(fetches)
 
     def after_run(self, run_context, run_values):
         loss, step, *steps_in_run = run_values.results
-        self.local_steps += int(steps_in_run[0]) if steps_in_run else 1
-        self.last_loss = float(loss)
-        if self.first_loss is None:
-            self.first_loss = self.last_loss
+        steps = int(steps_in_run[0]) if steps_in_run else 1
+        self.local_steps += steps
         self.last_global_step = int(step)
+        # A loop that found training already over ran no step: its loss is the loop's
+        # initial value, not a loss; keep the last real one.
+        if steps:
+            self.last_loss = float(loss)
+            if self.first_loss is None:
+                self.first_loss = self.last_loss
         for listener in self._listeners:
             listener(self.last_global_step)
         now = time.monotonic()
@@ -81,6 +90,26 @@ class ProgressHook(tf.compat.v1.train.SessionRunHook):
             "time": round(time.time(), 3),
         }
         print(PROGRESS_PREFIX + json.dumps(record), flush=True)
+
+
+class StopAtLastStepHook(tf.compat.v1.train.SessionRunHook):
+    """Stops once the global step read after a run's in-graph loop reaches ``last_step``.
+
+    TensorFlow's StopAtStepHook judges by the step read as the run starts, so
+    with 20 steps per run it asks for one run too many (which finds training
+    over and takes no step, or overshoots the last step).
+    """
+
+    def __init__(self, step_after_run, last_step: int):
+        self._step_after_run = step_after_run
+        self._last_step = last_step
+
+    def before_run(self, run_context):
+        return tf.compat.v1.train.SessionRunArgs(self._step_after_run)
+
+    def after_run(self, run_context, run_values):
+        if run_values.results >= self._last_step:
+            run_context.request_stop()
 
 
 class FinalEvaluationHook(tf.compat.v1.train.SessionRunHook):

@@ -12,6 +12,8 @@ The aggregation is TensorFlow's own: the accumulators, the token queue and
 the chief's queue runner are those ``SyncReplicasOptimizer.apply_gradients``
 builds, once, outside the loop. So staleness checks, backup replicas
 (``replicas_to_aggregate`` < replicas) and the chief's init ops are unchanged.
+Dense gradients only (the accumulators are built for dense ones): a sparse
+gradient or a variable without one is refused when the loop is built.
 
 Why it cannot hang at the end: the loop also stops as soon as the global step
 reaches the last step, read on every iteration, so no replica asks for a
@@ -53,9 +55,12 @@ def multi_step(sync_optimizer, global_step, variables, loss_and_gradients, steps
         loss, grads_and_vars = loss_and_gradients()
         _check_every_variable_has_a_gradient(grads_and_vars, accumulators)
         pushes = []
+        # Read inside the body, so each iteration pushes with the step its last token
+        # gave (a reference variable passed as is would be read once, before the loop).
+        step_of_this_push = local_step.read_value()
         for grad, var in grads_and_vars:
             with tf.compat.v1.device(var.device):
-                pushes.append(accumulators[var.name].apply_grad(grad, local_step=local_step))
+                pushes.append(accumulators[var.name].apply_grad(grad, local_step=step_of_this_push))
         with tf.compat.v1.device(global_step.device), tf.control_dependencies(pushes):
             token = token_queue.dequeue()
         with tf.control_dependencies([tf.compat.v1.assign(local_step, token)]):
@@ -95,7 +100,14 @@ def _build_aggregation(sync_optimizer, global_step, variables) -> dict:
 
 
 def _check_every_variable_has_a_gradient(grads_and_vars, accumulators: dict) -> None:
-    """The chief's queue runner takes a gradient from EVERY accumulator: one never fed would block it forever."""
+    """The chief's queue runner takes a gradient from EVERY accumulator: one never fed would block it forever.
+
+    Sparse gradients are refused too: TensorFlow aggregates them in a sparse
+    accumulator (a mean per row), the stand-ins here build dense ones.
+    """
+    sparse = sorted(var.name for grad, var in grads_and_vars if isinstance(grad, tf.IndexedSlices))
+    if sparse:
+        raise ValueError(f"sync training in a loop takes dense gradients only; sparse for {', '.join(sparse)}")
     fed = {var.name for grad, var in grads_and_vars if grad is not None}
     starved = sorted(set(accumulators) - fed)
     if starved:

@@ -39,8 +39,10 @@ class TrainConfig:
     # MonitoredSession waits this long for its threads at close. TensorFlow's
     # 120 s default is what makes a sync chief hang at exit.
     stop_grace_secs: float = 0.25
-    # Async steps per session.run, in an in-graph loop (ps_toolkit.fast_path): the
-    # per-run overhead (Python, hooks, RunStep, a RunGraph RPC per ps) is paid once.
+    # Steps per session.run, in an in-graph loop (ps_toolkit.fast_path, async;
+    # ps_toolkit.sync_loop, sync): the per-run overhead (Python, hooks, RunStep, a
+    # RunGraph RPC per ps) is paid once. run_task.py's default is 20; the library's
+    # is 1, what a MonitoredSession user (and train_and_evaluate) expects.
     steps_per_run: int = 1
     # Run the fully connected layers on the ps that holds their weights
     # (models.py): activations cross the network instead of weights and gradients.

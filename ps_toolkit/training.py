@@ -21,6 +21,7 @@ from ps_toolkit.errors import ConfigError
 from ps_toolkit.hooks import (
     FinalEvaluationHook,
     ProgressHook,
+    StopAtLastStepHook,
     SyncReleaseHook,
     SyncReplicasHook,
     sync_release_op,
@@ -51,7 +52,7 @@ def build_graph(cluster: ClusterConfig, config: TrainConfig, data: DataSplits) -
     device_fn = placement.device_setter(cluster, config.placement, seed=config.seed)
     with tf.compat.v1.device(device_fn):
         global_step = tf.compat.v1.train.get_or_create_global_step()
-        images, labels, input_hook = make_train_input(
+        next_batch, input_hook = make_train_input(
             data.train_images,
             data.train_labels,
             batch_size=config.batch_size,
@@ -68,6 +69,9 @@ def build_graph(cluster: ClusterConfig, config: TrainConfig, data: DataSplits) -
         variables = tf.compat.v1.trainable_variables()
 
         def loss_fn(custom_getter=None):
+            # The batch is taken here, where the loss is built: inside the in-graph
+            # loop's body, so that every step of a run trains on a batch of its own.
+            images, labels = next_batch()
             with tf.compat.v1.variable_scope("model", reuse=True, custom_getter=custom_getter):
                 return _loss(labels, build_model(config.model, images, partitioner, config.compute_near_weights))
 
@@ -117,10 +121,10 @@ def _add_sync_hooks(cluster, config, sync_optimizer, global_step, hooks) -> None
     # Every replica needs the hook: it runs the local-step init and,
     # on the chief, the token init and the aggregating queue runner.
     hooks.append(SyncReplicasHook(sync_optimizer, cluster.is_chief))
-    # Release hooks go last, after the final evaluation. Enough tokens for every
-    # replica to finish a run of steps_per_run steps, and one more.
-    tokens = (config.steps_per_run + 1) * cluster.num_replicas
-    hooks.append(SyncReleaseHook(sync_release_op(sync_optimizer, global_step, tokens)))
+    # Its end() runs before the final evaluation's (train() puts graph.hooks first),
+    # so no replica waits for a token while the chief evaluates. Two tokens per
+    # replica: a sync loop stops at the last step, so a replica waits for one at most.
+    hooks.append(SyncReleaseHook(sync_release_op(sync_optimizer, global_step, 2 * cluster.num_replicas)))
 
 
 def _sync_multi_step_run(cluster, config, global_step, optimizer, hooks, loss_fn, variables) -> fast_path.MultiStep:
@@ -234,12 +238,14 @@ def train(
             task=cluster.task_index,
             every_secs=config.progress_every_secs,
             steps_in_run=graph.multi_step.steps_done if graph.multi_step else None,
+            step_after_run=graph.multi_step.global_step if graph.multi_step else None,
         )
         if on_progress is not None:
             progress.add_listener(on_progress)
         hooks = [
             *graph.hooks,
             tf.compat.v1.train.StopAtStepHook(last_step=config.train_steps),
+            *([StopAtLastStepHook(graph.multi_step.global_step, config.train_steps)] if graph.multi_step else []),
             tf.compat.v1.train.NanTensorHook(graph.loss),
             progress,
             graph.evaluation,
