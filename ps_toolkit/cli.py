@@ -49,7 +49,9 @@ def define_training_flags() -> None:
     flags.DEFINE_enum("placement", "round_robin", list(PLACEMENT_STRATEGIES), "How variables go to ps tasks.")
     flags.DEFINE_boolean("partition_variables", False, "Split large variables along axis 0 across ps tasks.")
     flags.DEFINE_integer("seed", 0, "Base seed; each replica shuffles with its own derived seed.")
-    flags.DEFINE_integer("steps_per_run", 20, "Training steps per session.run, async or sync (in-graph loop).")
+    flags.DEFINE_integer(
+        "steps_per_run", None, "Training steps per session.run (in-graph loop); default 20 async, 1 sync."
+    )
     flags.DEFINE_boolean(
         "compute_near_weights", False, "Run the fully connected layers on the ps holding their weights (fewer bytes)."
     )
@@ -97,7 +99,9 @@ def train_config_from_flags() -> TrainConfig:
         partition_variables=FLAGS.partition_variables,
         seed=FLAGS.seed,
         readiness_poll_secs=FLAGS.readiness_poll_secs,
-        steps_per_run=FLAGS.steps_per_run,
+        # Sync: one step per run unless asked. With the loop a lone surviving replica can
+        # take every token and go on alone (docs/performance.md); 0 is still refused.
+        steps_per_run=FLAGS.steps_per_run if FLAGS.steps_per_run is not None else (1 if FLAGS.sync_replicas else 20),
         watchdog_secs=FLAGS.watchdog_secs,
         compute_near_weights=FLAGS.compute_near_weights,
         pack_transfers=FLAGS.pack_transfers,

@@ -63,7 +63,7 @@ def test_async_one_ps_two_workers(tmp_path):
 
 @pytest.mark.slow
 def test_sync_one_ps_two_workers_ends_promptly(tmp_path):
-    outcomes = start_cluster(tmp_path, 1, 2, "--train_steps=200", "--sync_replicas")
+    outcomes = start_cluster(tmp_path, 1, 2, "--train_steps=200", "--sync_replicas", "--steps_per_run=20")
     results = check_trained(outcomes, tmp_path, 200)
     assert all(r["global_step"] == 200 for r in results), describe_all(outcomes)
     assert os.path.exists(tmp_path / "ckpt" / "model.ckpt-200.index"), "final sync checkpoint is not at the last step"
@@ -79,7 +79,7 @@ def test_async_two_ps_two_workers_greedy(tmp_path):
 
 @pytest.mark.slow
 def test_sync_two_ps_two_workers_one_step_per_run(tmp_path):
-    # The default sync run is an in-graph loop (the test above); one step per run stays supported.
+    # The sync loop is the test above; one step per run is the sync default.
     outcomes = start_cluster(tmp_path, 2, 2, "--train_steps=150", "--sync_replicas", "--model=mlp", "--steps_per_run=1")
     check_trained(outcomes, tmp_path, 150)
 
