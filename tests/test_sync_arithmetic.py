@@ -20,20 +20,20 @@ LEARNING_RATE = 2.0
 GRADIENTS = [([0.1, 0.1], [0.2]), ([0.9, 0.9], [1.0]), ([0.5, 0.5], [0.3])]
 
 
-def build_worker(cluster, index, replicas_to_aggregate):
+def build_replica(cluster, index, replicas_to_aggregate, make_train):
+    """Worker ``index``'s session and ``make_train(optimizer, global_step, var0, var1)``'s result, in its graph."""
     config = cluster.cluster_config("worker", index)
     graph = tf.Graph()
     with graph.as_default(), tf.compat.v1.device(placement.device_setter(config)):
         global_step = tf.compat.v1.train.get_or_create_global_step()
         var0 = tf.compat.v1.get_variable("var0", initializer=[0.0, 1.0])
         var1 = tf.compat.v1.get_variable("var1", initializer=[2.0])
-        grad0, grad1 = (tf.constant(g) for g in GRADIENTS[index])
         optimizer = tf.compat.v1.train.SyncReplicasOptimizer(
             tf.compat.v1.train.GradientDescentOptimizer(LEARNING_RATE),
             replicas_to_aggregate=replicas_to_aggregate,
             total_num_replicas=config.num_replicas,
         )
-        train_op = optimizer.apply_gradients([(grad0, var0), (grad1, var1)], global_step=global_step)
+        train = make_train(optimizer, global_step, var0, var1)
         # The toolkit's hook: TF's own closes the shared token queue at session end.
         hook = SyncReplicasHook(optimizer, config.is_chief, num_tokens=0)
         session = tf.compat.v1.train.MonitoredTrainingSession(
@@ -43,7 +43,17 @@ def build_worker(cluster, index, replicas_to_aggregate):
             config=tf.compat.v1.ConfigProto(device_filters=["/job:ps", config.device]),
             stop_grace_period_secs=1,
         )
-    return session, train_op, (global_step, var0, var1)
+    return session, train, (global_step, var0, var1)
+
+
+def build_worker(cluster, index, replicas_to_aggregate):
+    """Worker ``index`` with TensorFlow's one-step sync train op."""
+
+    def make_train(optimizer, global_step, var0, var1):
+        grad0, grad1 = (tf.constant(g) for g in GRADIENTS[index])
+        return optimizer.apply_gradients([(grad0, var0), (grad1, var1)], global_step=global_step)
+
+    return build_replica(cluster, index, replicas_to_aggregate, make_train)
 
 
 def run_concurrently(steps):
@@ -97,33 +107,17 @@ def test_one_of_three_applies_each_gradient_alone(cluster):
 
 def build_looping_worker(cluster, index, steps_per_run, last_step):
     """Worker ``index`` with ps_toolkit.sync_loop: up to ``steps_per_run`` sync steps per run."""
-    config = cluster.cluster_config("worker", index)
-    graph = tf.Graph()
-    with graph.as_default(), tf.compat.v1.device(placement.device_setter(config)):
-        global_step = tf.compat.v1.train.get_or_create_global_step()
-        var0 = tf.compat.v1.get_variable("var0", initializer=[0.0, 1.0])
-        var1 = tf.compat.v1.get_variable("var1", initializer=[2.0])
-        optimizer = tf.compat.v1.train.SyncReplicasOptimizer(
-            tf.compat.v1.train.GradientDescentOptimizer(LEARNING_RATE),
-            replicas_to_aggregate=config.num_replicas,
-            total_num_replicas=config.num_replicas,
-        )
+    num_replicas = cluster.cluster_config("worker", index).num_replicas
 
+    def make_train(optimizer, global_step, var0, var1):
         def loss_and_gradients():
             # The gradient is fixed; the loss is a variable read, so each iteration reads the ps afresh.
             grad0, grad1 = (tf.constant(g) for g in GRADIENTS[index])
             return tf.reduce_sum(var0.read_value()), [(grad0, var0), (grad1, var1)]
 
-        run = sync_loop.multi_step(optimizer, global_step, [var0, var1], loss_and_gradients, steps_per_run, last_step)
-        hook = SyncReplicasHook(optimizer, config.is_chief, num_tokens=0)
-        session = tf.compat.v1.train.MonitoredTrainingSession(
-            master=cluster.targets["worker"][index],
-            is_chief=config.is_chief,
-            hooks=[hook],
-            config=tf.compat.v1.ConfigProto(device_filters=["/job:ps", config.device]),
-            stop_grace_period_secs=1,
-        )
-    return session, run, (global_step, var0, var1)
+        return sync_loop.multi_step(optimizer, global_step, [var0, var1], loss_and_gradients, steps_per_run, last_step)
+
+    return build_replica(cluster, index, num_replicas, make_train)
 
 
 @pytest.fixture
