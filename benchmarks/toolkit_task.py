@@ -3,7 +3,7 @@
     python -m benchmarks.toolkit_task --ps_hosts=... --worker_hosts=... --job_name=worker --task_index=0 ...
 
 It takes run_task.py's flags and runs run_task.py's own ``main``: the same flag
-defaults (``--steps_per_run`` 20 async, 1 sync; a checkpoint every 100 steps),
+defaults (``--steps_per_run`` 20, async and sync; a checkpoint every 100 steps),
 preflight, runner, ``training.train``, summary flush, done signal and fast exit.
 The one addition is the harness's step clock (benchmarks/protocol.py), which
 every benchmarked system prints the same way. It listens through

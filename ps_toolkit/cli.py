@@ -49,9 +49,7 @@ def define_training_flags() -> None:
     flags.DEFINE_enum("placement", "round_robin", list(PLACEMENT_STRATEGIES), "How variables go to ps tasks.")
     flags.DEFINE_boolean("partition_variables", False, "Split large variables along axis 0 across ps tasks.")
     flags.DEFINE_integer("seed", 0, "Base seed; each replica shuffles with its own derived seed.")
-    flags.DEFINE_integer(
-        "steps_per_run", None, "Training steps per session.run (in-graph loop); default 20 async, 1 sync."
-    )
+    flags.DEFINE_integer("steps_per_run", 20, "Training steps per session.run (in-graph loop), async or sync.")
     flags.DEFINE_boolean(
         "compute_near_weights", False, "Run the fully connected layers on the ps holding their weights (fewer bytes)."
     )
@@ -101,7 +99,7 @@ def train_config_from_flags() -> TrainConfig:
         readiness_poll_secs=FLAGS.readiness_poll_secs,
         # Sync: one step per run unless asked. With the loop a lone surviving replica can
         # take every token and go on alone (docs/performance.md); 0 is still refused.
-        steps_per_run=FLAGS.steps_per_run if FLAGS.steps_per_run is not None else (1 if FLAGS.sync_replicas else 20),
+        steps_per_run=FLAGS.steps_per_run,
         watchdog_secs=FLAGS.watchdog_secs,
         compute_near_weights=FLAGS.compute_near_weights,
         pack_transfers=FLAGS.pack_transfers,

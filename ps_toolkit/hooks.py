@@ -223,16 +223,6 @@ def quiet_cancelled_queue_runners() -> None:
     threading.excepthook = hook
 
 
-def sync_release_op(optimizer, global_step, num_tokens: int):
-    """An op that puts ``num_tokens`` tokens holding the global step into the sync token queue."""
-    # SyncReplicasOptimizer keeps its token queue private; it is the only way
-    # to wake replicas that are blocked dequeuing from it.
-    token_queue = optimizer._sync_token_queue  # noqa: SLF001
-    with tf.compat.v1.device(global_step.device):
-        tokens = tf.fill([num_tokens], tf.identity(global_step))
-        return token_queue.enqueue_many((tokens,))
-
-
 def print_result(record: dict) -> None:
     """The task's last stdout line: one JSON object."""
     sys.stdout.flush()

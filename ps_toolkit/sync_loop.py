@@ -4,13 +4,13 @@ A sync step is a chain of waits (push gradients, wait for the aggregated
 update's token, pull the new parameters); with one step per ``session.run``
 every link also pays a Python run through the hooks, the master's RunStep and
 a RunGraph RPC to each ps. Here each iteration of a ``tf.while_loop`` does
-what TensorFlow's replica train op does (push each gradient into its
-accumulator with the replica's local step, take a token, adopt its step as
-the new local step), so that overhead is paid once per run.
+what the replica train op does (push each gradient into its accumulator
+stamped with the replica's local step, take a token, adopt the global step
+as the new local step), so that overhead is paid once per run.
 
-The aggregation is TensorFlow's own: the accumulators, the token queue and
-the chief's queue runner are those ``SyncReplicasOptimizer.apply_gradients``
-builds, once, outside the loop. So staleness checks, backup replicas
+The aggregation is ``replica_tokens.PerReplicaSyncOptimizer``'s (TensorFlow's
+accumulators and chief update, a token queue per replica), built once,
+outside the loop. So staleness checks, backup replicas
 (``replicas_to_aggregate`` < replicas) and the chief's init ops are unchanged.
 Dense gradients only (the accumulators are built for dense ones): a sparse
 gradient or a variable without one is refused when the loop is built.
@@ -21,7 +21,7 @@ token past the end of training; a replica already waiting for one is freed by
 the release tokens (``hooks.SyncReleaseHook``) of the first replica to end.
 
 Example (inside the replica's device scope, the model's variables already created):
-    sync = tf.compat.v1.train.SyncReplicasOptimizer(optimizer, replicas_to_aggregate=2, total_num_replicas=2)
+    sync = PerReplicaSyncOptimizer(optimizer, replicas_to_aggregate=2, total_num_replicas=2, replica_index=0)
     run = sync_loop.multi_step(sync, global_step, variables, loss_and_gradients, steps_per_run=10, last_step=1000)
     ... session.run(run.global_step.op, {run.num_steps: 10})
 """
@@ -38,32 +38,24 @@ from ps_toolkit.fast_path import MultiStep
 def multi_step(sync_optimizer, global_step, variables, loss_and_gradients, steps_per_run: int, last_step: int):
     """Up to ``num_steps`` sync steps in one run, stopping early once ``global_step`` reaches ``last_step``.
 
+    ``sync_optimizer`` is a ``replica_tokens.PerReplicaSyncOptimizer``;
     ``loss_and_gradients()`` returns (loss, (gradient, variable) pairs) for
     ``variables``; it is called inside the loop, once. Builds the optimizer's
-    aggregation (its chief queue runner, token queue and init ops) as a side
-    effect, exactly as ``sync_optimizer.apply_gradients`` would.
+    aggregation (its chief queue runner, token queues and init ops) as a side
+    effect, as ``sync_optimizer.apply_gradients`` would.
     """
     if steps_per_run < 1:
         raise ValueError(f"steps per run must be at least 1, got {steps_per_run}")
-    accumulators = _build_aggregation(sync_optimizer, global_step, variables)
-    # SyncReplicasOptimizer keeps these private; they are what its own replica train op uses.
-    local_step = sync_optimizer._local_step  # noqa: SLF001
-    token_queue = sync_optimizer._sync_token_queue  # noqa: SLF001
+    # Built once, outside the loop: the chief's queue runner takes from these accumulators.
+    sync_optimizer.build_aggregation(variables, global_step)
+    accumulators = sync_optimizer.accumulators()
     num_steps = tf.compat.v1.placeholder_with_default(tf.constant(steps_per_run, tf.int32), [], name="steps_per_run")
 
     def body(i, _loss):
         loss, grads_and_vars = loss_and_gradients()
         _check_every_variable_has_a_gradient(grads_and_vars, accumulators)
-        pushes = []
-        # Read inside the body, so each iteration pushes with the step its last token
-        # gave (a reference variable passed as is would be read once, before the loop).
-        step_of_this_push = local_step.read_value()
-        for grad, var in grads_and_vars:
-            with tf.compat.v1.device(var.device):
-                pushes.append(accumulators[var.name].apply_grad(grad, local_step=step_of_this_push))
-        with tf.compat.v1.device(global_step.device), tf.control_dependencies(pushes):
-            token = token_queue.dequeue()
-        with tf.control_dependencies([tf.compat.v1.assign(local_step, token)]):
+        new_local_step = sync_optimizer.push_and_take_token(grads_and_vars)
+        with tf.control_dependencies([new_local_step]):
             return i + 1, tf.cast(loss, tf.float32)
 
     def keep_going(i, _loss):
@@ -87,23 +79,11 @@ def multi_step(sync_optimizer, global_step, variables, loss_and_gradients, steps
     return MultiStep(num_steps, loss, new_step, steps_done)
 
 
-def _build_aggregation(sync_optimizer, global_step, variables) -> dict:
-    """Has the optimizer build its accumulators, token queue and chief queue runner; returns accumulator by variable.
-
-    ``apply_gradients`` needs gradients only for their dtype and to build a
-    one-step train op, which is never run: zeros of each variable's shape do.
-    """
-    stand_ins = [(tf.zeros(v.shape, v.dtype.base_dtype), v) for v in variables]
-    sync_optimizer.apply_gradients(stand_ins, global_step=global_step)
-    pairs = sync_optimizer._accumulator_list  # noqa: SLF001  (accumulator, device) in the order given
-    return {v.name: accumulator for (accumulator, _), v in zip(pairs, variables, strict=True)}
-
-
 def _check_every_variable_has_a_gradient(grads_and_vars, accumulators: dict) -> None:
     """The chief's queue runner takes a gradient from EVERY accumulator: one never fed would block it forever.
 
     Sparse gradients are refused too: TensorFlow aggregates them in a sparse
-    accumulator (a mean per row), the stand-ins here build dense ones.
+    accumulator (a mean per row); the loop's are built, before its body, dense.
     """
     sparse = sorted(var.name for grad, var in grads_and_vars if isinstance(grad, tf.IndexedSlices))
     if sparse:

@@ -24,9 +24,9 @@ from ps_toolkit.hooks import (
     StopAtLastStepHook,
     SyncReleaseHook,
     SyncReplicasHook,
-    sync_release_op,
 )
 from ps_toolkit.models import build_model
+from ps_toolkit.replica_tokens import PerReplicaSyncOptimizer
 from ps_toolkit.sessions import FastWorkerSessionCreator, LiveStateChiefSessionCreator
 from ps_toolkit.train_config import TrainConfig
 from ps_toolkit.watchdog import ProgressWatchdog
@@ -107,24 +107,27 @@ def _single_step(cluster, config, global_step, optimizer, hooks, loss_fn, variab
         optimizer = _sync_optimizer(cluster, config, optimizer)
     train_op = optimizer.apply_gradients(grads_and_vars, global_step=global_step)
     if config.sync_replicas:
-        _add_sync_hooks(cluster, config, optimizer, global_step, hooks)
+        _add_sync_hooks(cluster, optimizer, hooks)
     return train_op, loss
 
 
 def _sync_optimizer(cluster, config, optimizer):
-    return tf.compat.v1.train.SyncReplicasOptimizer(
-        optimizer, replicas_to_aggregate=config.aggregate_count(cluster), total_num_replicas=cluster.num_replicas
+    return PerReplicaSyncOptimizer(
+        optimizer,
+        replicas_to_aggregate=config.aggregate_count(cluster),
+        total_num_replicas=cluster.num_replicas,
+        replica_index=cluster.replica_index,
     )
 
 
-def _add_sync_hooks(cluster, config, sync_optimizer, global_step, hooks) -> None:
+def _add_sync_hooks(cluster, sync_optimizer, hooks) -> None:
     # Every replica needs the hook: it runs the local-step init and,
     # on the chief, the token init and the aggregating queue runner.
     hooks.append(SyncReplicasHook(sync_optimizer, cluster.is_chief))
     # Its end() runs before the final evaluation's (train() puts graph.hooks first),
     # so no replica waits for a token while the chief evaluates. Two tokens per
     # replica: a sync loop stops at the last step, so a replica waits for one at most.
-    hooks.append(SyncReleaseHook(sync_release_op(sync_optimizer, global_step, 2 * cluster.num_replicas)))
+    hooks.append(SyncReleaseHook(sync_optimizer.release_op(tokens_per_replica=2)))
 
 
 def _sync_multi_step_run(cluster, config, global_step, optimizer, hooks, loss_fn, variables) -> fast_path.MultiStep:
@@ -138,7 +141,7 @@ def _sync_multi_step_run(cluster, config, global_step, optimizer, hooks, loss_fn
         steps_per_run=config.steps_per_run,
         last_step=config.train_steps,
     )
-    _add_sync_hooks(cluster, config, sync_optimizer, global_step, hooks)
+    _add_sync_hooks(cluster, sync_optimizer, hooks)
     return run
 
 

@@ -1,4 +1,4 @@
-"""SyncReplicasOptimizer arithmetic on an in-process cluster, values worked out by hand.
+"""Sync replicas' arithmetic on an in-process cluster, values worked out by hand.
 
 Modelled on TensorFlow's own sync_replicas_optimizer_test.py: one graph and one
 session per simulated worker, servers in this process, gradients fixed so the
@@ -14,6 +14,7 @@ import tensorflow as tf
 from ps_toolkit import placement, sync_loop
 from ps_toolkit.hooks import SyncReplicasHook
 from ps_toolkit.local_cluster import InProcessCluster
+from ps_toolkit.replica_tokens import PerReplicaSyncOptimizer
 
 LEARNING_RATE = 2.0
 # Per worker: (gradient of var0, gradient of var1).
@@ -28,10 +29,11 @@ def build_replica(cluster, index, replicas_to_aggregate, make_train):
         global_step = tf.compat.v1.train.get_or_create_global_step()
         var0 = tf.compat.v1.get_variable("var0", initializer=[0.0, 1.0])
         var1 = tf.compat.v1.get_variable("var1", initializer=[2.0])
-        optimizer = tf.compat.v1.train.SyncReplicasOptimizer(
+        optimizer = PerReplicaSyncOptimizer(
             tf.compat.v1.train.GradientDescentOptimizer(LEARNING_RATE),
             replicas_to_aggregate=replicas_to_aggregate,
             total_num_replicas=config.num_replicas,
+            replica_index=config.replica_index,
         )
         train = make_train(optimizer, global_step, var0, var1)
         # The toolkit's hook: TF's own closes the shared token queue at session end.
@@ -105,6 +107,86 @@ def test_one_of_three_applies_each_gradient_alone(cluster):
     chief_session.close()
 
 
+def build_pushing_worker(cluster, index, replicas_to_aggregate):
+    """Worker ``index`` that pushes its gradients and never takes a token: a replica that died after its push."""
+
+    def make_train(optimizer, global_step, var0, var1):
+        optimizer.build_aggregation([var0, var1], global_step)
+        accumulators = optimizer.accumulators()
+        grad0, grad1 = (tf.constant(g) for g in GRADIENTS[index])
+        stamp = tf.constant(0, global_step.dtype.base_dtype)
+        return tf.group(
+            accumulators[var0.name].apply_grad(grad0, local_step=stamp),
+            accumulators[var1.name].apply_grad(grad1, local_step=stamp),
+        )
+
+    return build_replica(cluster, index, replicas_to_aggregate, make_train)
+
+
+def tokens_waiting(cluster, replica_index):
+    """How many tokens replica ``replica_index``'s queue on the ps holds, read through its shared name."""
+    with tf.Graph().as_default(), tf.compat.v1.device("/job:ps/task:0"):
+        queue = tf.queue.FIFOQueue(
+            -1, tf.int64, shapes=[()], shared_name=f"ps_toolkit_sync_token_q_replica_{replica_index}"
+        )
+        size = queue.size()
+        with tf.compat.v1.Session(cluster.targets["worker"][0]) as session:
+            return session.run(size)
+
+
+def test_a_replica_cannot_take_a_dead_replicas_token(cluster):
+    """3 of 3, the third gone after its push: step 2 cannot be made by the other two pushing twice.
+
+    With TensorFlow's single token queue, they would take the dead replica's
+    token and push again, and training would go on without it.
+    """
+    workers = [build_worker(cluster, i, replicas_to_aggregate=3) for i in range(2)]
+    dead_session, dead_push, _ = build_pushing_worker(cluster, 2, replicas_to_aggregate=3)
+    run_concurrently([(session, op) for session, op, _ in workers] + [(dead_session, dead_push)])
+    session, _, (global_step, _, _) = workers[0]
+    assert session.run(global_step) == 1
+    give_up = tf.compat.v1.RunOptions(timeout_in_ms=4000)
+    outcomes = []
+
+    def step_alone(session, op):
+        try:
+            session.run(op, options=give_up)
+            outcomes.append("stepped")
+        except tf.errors.DeadlineExceededError:
+            outcomes.append("waited")
+
+    threads = [threading.Thread(target=step_alone, args=(s, op), daemon=True) for s, op, _ in workers]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=60)
+    assert outcomes == ["waited", "waited"]
+    assert session.run(global_step) == 1
+    assert tokens_waiting(cluster, 2) == 1
+    for session, _, _ in [*workers, (dead_session, None, None)]:
+        session.close()
+
+
+def test_backup_replicas_go_on_and_a_restarted_replica_rejoins_fresh(cluster):
+    """2 of 3, the third absent for three steps: its queue holds one token, not three; restarted, it counts at once."""
+    workers = [build_worker(cluster, i, replicas_to_aggregate=2) for i in range(2)]
+    for _ in range(3):
+        run_concurrently([(session, op) for session, op, _ in workers])
+    assert tokens_waiting(cluster, 2) == 1
+    # Its local init empties its queue and takes the global step: its first gradient is not stale.
+    restarted = build_worker(cluster, 2, replicas_to_aggregate=2)
+    assert tokens_waiting(cluster, 2) == 0
+    run_concurrently([(workers[1][0], workers[1][1]), (restarted[0], restarted[1])])
+    session, _, (global_step, var0, var1) = workers[0]
+    step, value0, value1 = session.run([global_step, var0, var1])
+    assert step == 4
+    # Three means of workers 0 and 1 (var0 -= 2.0 * 0.5 each), then workers 1 and 2 (var0 -= 2.0 * 0.7).
+    np.testing.assert_allclose(value0, [0.0 - 3.0 - 1.4, 1.0 - 3.0 - 1.4], rtol=1e-6)
+    np.testing.assert_allclose(value1, [2.0 - 3 * 1.2 - 1.3], rtol=1e-6)
+    for session, _, _ in [*workers, restarted]:
+        session.close()
+
+
 def build_looping_worker(cluster, index, steps_per_run, last_step):
     """Worker ``index`` with ps_toolkit.sync_loop: up to ``steps_per_run`` sync steps per run."""
     num_replicas = cluster.cluster_config("worker", index).num_replicas
@@ -159,15 +241,19 @@ def test_sync_loop_stops_at_the_last_step_without_waiting(two_worker_cluster):
         session.close()
 
 
+def lone_replica_optimizer():
+    return PerReplicaSyncOptimizer(
+        tf.compat.v1.train.GradientDescentOptimizer(0.1), replicas_to_aggregate=1, total_num_replicas=1, replica_index=0
+    )
+
+
 def test_sync_loop_refuses_a_variable_without_gradient():
     """The chief's aggregation would wait forever on that variable's accumulator: a build-time error instead."""
     with tf.Graph().as_default():
         global_step = tf.compat.v1.train.get_or_create_global_step()
         used = tf.compat.v1.get_variable("used", initializer=[1.0])
         unused = tf.compat.v1.get_variable("unused", initializer=[2.0])
-        optimizer = tf.compat.v1.train.SyncReplicasOptimizer(
-            tf.compat.v1.train.GradientDescentOptimizer(0.1), replicas_to_aggregate=1, total_num_replicas=1
-        )
+        optimizer = lone_replica_optimizer()
 
         def loss_and_gradients():
             loss = tf.reduce_sum(used.read_value())
@@ -182,9 +268,7 @@ def test_sync_loop_refuses_sparse_gradients():
     with tf.Graph().as_default():
         global_step = tf.compat.v1.train.get_or_create_global_step()
         table = tf.compat.v1.get_variable("table", initializer=[[1.0], [2.0]])
-        optimizer = tf.compat.v1.train.SyncReplicasOptimizer(
-            tf.compat.v1.train.GradientDescentOptimizer(0.1), replicas_to_aggregate=1, total_num_replicas=1
-        )
+        optimizer = lone_replica_optimizer()
 
         def loss_and_gradients():
             rows = tf.gather(table.read_value(), [0])
@@ -192,3 +276,12 @@ def test_sync_loop_refuses_sparse_gradients():
 
         with pytest.raises(ValueError, match="dense gradients only; sparse for table:0"):
             sync_loop.multi_step(optimizer, global_step, [table], loss_and_gradients, 3, 10)
+
+
+def test_per_replica_tokens_refuse_what_they_cannot_do():
+    """Several gradients per replica per step would need several tokens each; a replica outside the job has no queue."""
+    descent = tf.compat.v1.train.GradientDescentOptimizer(0.1)
+    with pytest.raises(ValueError, match="between 1 and the 2 replicas, got 3"):
+        PerReplicaSyncOptimizer(descent, replicas_to_aggregate=3, total_num_replicas=2, replica_index=0)
+    with pytest.raises(ValueError, match="below 2, got 2"):
+        PerReplicaSyncOptimizer(descent, replicas_to_aggregate=2, total_num_replicas=2, replica_index=2)
