@@ -15,7 +15,7 @@ ASYNC, SYNC = "async", "sync"
 # is the shipped defaults; ps_toolkit_1step turns off the in-graph loop (one step
 # per session.run), to show what that lever buys; ps_toolkit_near turns on the
 # opt-in --compute_near_weights (the layers run on the ps holding their weights).
-TOOLKIT_FLAGS = {TOOLKIT: (), TOOLKIT_1STEP: ("--steps_per_run=1",), TOOLKIT_NEAR: ("--compute_near_weights",)}
+TOOLKIT_FLAGS = {TOOLKIT: (), TOOLKIT_1STEP: ("--steps_per_run=1",), TOOLKIT_NEAR: ("--compute_near_weights=all",)}
 # The raw script runs until the harness stops it (see run_options).
 RAW_UNBOUNDED_STEPS = 10**9
 

@@ -17,7 +17,7 @@ from absl import flags
 from ps_toolkit import cluster as cluster_lib
 from ps_toolkit import slurm
 from ps_toolkit.errors import EXIT_CONFIG, ConfigError, ToolkitError
-from ps_toolkit.train_config import MODEL_NAMES, PLACEMENT_STRATEGIES, TrainConfig
+from ps_toolkit.train_config import MODEL_NAMES, NEAR_WEIGHTS_MODES, PLACEMENT_STRATEGIES, TrainConfig
 
 FLAGS = flags.FLAGS
 
@@ -50,8 +50,11 @@ def define_training_flags() -> None:
     flags.DEFINE_boolean("partition_variables", False, "Split large variables along axis 0 across ps tasks.")
     flags.DEFINE_integer("seed", 0, "Base seed; each replica shuffles with its own derived seed.")
     flags.DEFINE_integer("steps_per_run", 20, "Training steps per session.run (in-graph loop), async or sync.")
-    flags.DEFINE_boolean(
-        "compute_near_weights", False, "Run the fully connected layers on the ps holding their weights (fewer bytes)."
+    flags.DEFINE_enum(
+        "compute_near_weights",
+        "auto",
+        list(NEAR_WEIGHTS_MODES),
+        "Which fully connected layers run on the ps holding their weights: auto (large ones), all, none.",
     )
     flags.DEFINE_boolean(
         "pack_transfers", True, "Move the small parameters and their gradients as one tensor per ps each way."

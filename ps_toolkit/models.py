@@ -4,12 +4,13 @@ Each takes flattened 28x28 images and returns logits. Variables are created
 with ``tf.compat.v1.get_variable`` so the caller's device function places them
 on the parameter servers and an optional partitioner can split large ones.
 
-``near_weights=True`` runs each fully connected layer on the ps task that holds
-its weights (Project Adam's placement, OSDI 2014): a step then moves the
-layer's input and output activations (batch x units) instead of pulling the
-weights and pushing their gradient (units x units). The arithmetic is the same;
-the ps does it. Build the gradients with ``colocate_gradients_with_ops=True`` so
-the backward pass runs there too.
+``near_weights`` runs fully connected layers on the ps task that holds their
+weights (Project Adam's placement, OSDI 2014): a step then moves the layer's
+input and output activations (batch x units) instead of pulling the weights
+and pushing their gradient (units x units). The arithmetic is the same; the ps
+does it. ``True`` moves every such layer; a ``layer_placement.near_rule``
+decides per layer. Build the gradients with ``colocate_gradients_with_ops=True``
+so the backward pass runs there too.
 """
 
 from __future__ import annotations
@@ -34,7 +35,9 @@ def _dense(inputs, units: int, name: str, partitioner=None, initializer=None, ne
             partitioner=partitioner,
         )
         biases = tf.compat.v1.get_variable("biases", [units], initializer=tf.compat.v1.zeros_initializer())
-    with tf.compat.v1.device(weights.device) if near_weights else contextlib.nullcontext():
+    fan_in = int(inputs.shape[-1])
+    near = near_weights(fan_in, units, weights.dtype.base_dtype.size) if callable(near_weights) else near_weights
+    with tf.compat.v1.device(weights.device) if near else contextlib.nullcontext():
         return tf.matmul(inputs, weights) + biases
 
 

@@ -48,10 +48,11 @@ def pull(variables: Sequence[tf.Variable]) -> dict[str, tf.Tensor]:
     """Each variable's current value on this device, fetched as one tensor per ps; keyed by variable name."""
     values = {}
     for device, group in _groups(variables):
-        if len(group) == 1:
-            values[group[0].name] = tf.identity(group[0].read_value())
-            continue
         with tf.compat.v1.device(device):
+            if len(group) == 1:
+                # Read on its ps: a layer that runs beside its weights (layer_placement) finds it there.
+                values[group[0].name] = tf.identity(group[0].read_value())
+                continue
             flat = tf.concat([tf.reshape(v.read_value(), [-1]) for v in group], axis=0)
         for variable, piece in zip(group, tf.split(flat, _sizes(group)), strict=True):
             values[variable.name] = tf.reshape(piece, variable.shape)
@@ -92,6 +93,9 @@ def loss_and_gradients(loss_fn: Callable, variables: Sequence[tf.Variable]) -> t
 
     ``loss_fn(custom_getter)`` builds the loss with ``custom_getter`` on its
     variable scope; the variables it does not read are left out of the pairs.
+    Each gradient op runs where its forward op ran (TF2's ``tf.gradients``
+    always colocates them), so a layer computed beside its weights on the ps
+    keeps its backward pass there.
     """
     values = pull(variables)
     loss = loss_fn(reading(values))

@@ -11,6 +11,8 @@ MODEL_NAMES = ("softmax", "mlp", "wide", "cnn")
 # Learning rates that train each model well with plain SGD on MNIST-shaped data.
 DEFAULT_LEARNING_RATES = {"softmax": 0.5, "mlp": 0.1, "wide": 0.1, "cnn": 0.05}
 PLACEMENT_STRATEGIES = ("round_robin", "greedy", "random")
+# --compute_near_weights: which layers run on the ps holding their weights (layer_placement.py).
+NEAR_WEIGHTS_MODES = ("auto", "all", "none")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -44,17 +46,19 @@ class TrainConfig:
     # RunGraph RPC per ps) is paid once. run_task.py's default is 20; the library's
     # is 1, what a MonitoredSession user (and train_and_evaluate) expects.
     steps_per_run: int = 1
-    # Run the fully connected layers on the ps that holds their weights
-    # (models.py): activations cross the network instead of weights and gradients.
-    compute_near_weights: bool = False
+    # Which fully connected layers run on the ps that holds their weights
+    # (layer_placement.py: auto, all, none): activations cross the network
+    # instead of weights and gradients. The library's default stays "none", what
+    # a MonitoredSession user expects; run_task.py's is "auto".
+    compute_near_weights: str = "none"
     # Small parameters and their gradients move as one tensor per ps each way
     # per step (packed_transfer.py): fewer RPCs, the same arithmetic.
     pack_transfers: bool = True
 
     @property
     def packed_transfers(self) -> bool:
-        """Whether steps move parameters and gradients packed: not when the layers run on the ps anyway."""
-        return self.pack_transfers and not self.compute_near_weights
+        """Whether steps move parameters and gradients packed: not when every layer runs on the ps anyway."""
+        return self.pack_transfers and self.compute_near_weights != "all"
 
     @property
     def effective_learning_rate(self) -> float:
@@ -82,9 +86,14 @@ class TrainConfig:
                     f"--replicas_to_aggregate={self.replicas_to_aggregate} must be between 1 and "
                     f"the number of training replicas, {cluster.num_replicas}"
                 )
-        if self.compute_near_weights and self.partition_variables:
+        if self.compute_near_weights not in NEAR_WEIGHTS_MODES:
             raise ConfigError(
-                "--compute_near_weights runs each layer where its whole weight matrix lives; "
+                f"unknown mode {self.compute_near_weights!r} (from --compute_near_weights); "
+                f"valid: {', '.join(NEAR_WEIGHTS_MODES)}"
+            )
+        if self.compute_near_weights == "all" and self.partition_variables:
+            raise ConfigError(
+                "--compute_near_weights=all runs each layer where its whole weight matrix lives; "
                 "it does not combine with --partition_variables"
             )
         if self.placement not in PLACEMENT_STRATEGIES:

@@ -14,7 +14,7 @@ import time
 
 import tensorflow as tf
 
-from ps_toolkit import checkpoints, fast_path, packed_transfer, placement, sync_loop
+from ps_toolkit import checkpoints, fast_path, layer_placement, packed_transfer, placement, sync_loop
 from ps_toolkit.cluster import ClusterConfig
 from ps_toolkit.data import DataSplits, make_train_input
 from ps_toolkit.errors import ConfigError
@@ -67,13 +67,20 @@ def build_graph(cluster: ClusterConfig, config: TrainConfig, data: DataSplits) -
         # packed (packed_transfer) or inside a while loop, where variables cannot be created.
         evaluation = _evaluation_hook(config, data, partitioner)
         variables = tf.compat.v1.trainable_variables()
+        runs_near = layer_placement.near_rule(
+            config.compute_near_weights,
+            config.batch_size,
+            worker_has_gpu=bool(tf.config.list_physical_devices("GPU")),
+            partitioned=config.partition_variables,
+            replicas_per_ps=cluster.num_replicas / max(cluster.num_ps, 1),
+        )
 
         def loss_fn(custom_getter=None):
             # The batch is taken here, where the loss is built: inside the in-graph
             # loop's body, so that every step of a run trains on a batch of its own.
             images, labels = next_batch()
             with tf.compat.v1.variable_scope("model", reuse=True, custom_getter=custom_getter):
-                return _loss(labels, build_model(config.model, images, partitioner, config.compute_near_weights))
+                return _loss(labels, build_model(config.model, images, partitioner, runs_near))
 
         if config.steps_per_run > 1 and config.sync_replicas:
             multi_step = _sync_multi_step_run(cluster, config, global_step, optimizer, hooks, loss_fn, variables)
@@ -92,12 +99,13 @@ def build_graph(cluster: ClusterConfig, config: TrainConfig, data: DataSplits) -
 
 
 def _loss_and_gradients(config, optimizer, loss_fn, variables) -> tuple:
-    """The training loss and its (gradient, variable) pairs, moved packed unless the layers run on the ps."""
+    """The training loss and its (gradient, variable) pairs, moved packed unless every layer runs on the ps."""
     if config.packed_transfers:
         return packed_transfer.loss_and_gradients(loss_fn, variables)
     loss = loss_fn()
-    # With near_weights the backward pass runs where the forward ran: on the ps.
-    return loss, optimizer.compute_gradients(loss, colocate_gradients_with_ops=config.compute_near_weights)
+    # A layer run beside its weights keeps its backward pass there too.
+    colocate = config.compute_near_weights != "none"
+    return loss, optimizer.compute_gradients(loss, colocate_gradients_with_ops=colocate)
 
 
 def _single_step(cluster, config, global_step, optimizer, hooks, loss_fn, variables) -> tuple:

@@ -79,7 +79,7 @@ _TRAIN_FLAGS = {
     "readiness_poll_secs": flags.DEFINE_float("readiness_poll_secs", None, "run_task.py flag."),
     "steps_per_run": flags.DEFINE_integer("steps_per_run", None, "run_task.py --steps_per_run."),
     "placement": flags.DEFINE_string("placement", None, "run_task.py --placement."),
-    "compute_near_weights": flags.DEFINE_boolean("compute_near_weights", None, "run_task.py flag."),
+    "compute_near_weights": flags.DEFINE_string("compute_near_weights", None, "run_task.py flag: auto, all, none."),
     "pack_transfers": flags.DEFINE_boolean("pack_transfers", None, "run_task.py flag."),
     "seed": flags.DEFINE_integer("seed", None, "run_task.py --seed."),
     "ps_orphan_timeout_secs": flags.DEFINE_float("ps_orphan_timeout_secs", None, "run_task.py flag."),

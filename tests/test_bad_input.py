@@ -53,10 +53,11 @@ CASES = {
     "unknown model": (OK_HOSTS + ["--job_name=worker", "--model=resnet"], {}, "resnet"),
     "unknown placement": (OK_HOSTS + ["--job_name=worker", "--placement=magic"], {}, "magic"),
     "near weights with partitions": (
-        OK_HOSTS + ["--job_name=worker", "--compute_near_weights", "--partition_variables"],
+        OK_HOSTS + ["--job_name=worker", "--compute_near_weights=all", "--partition_variables"],
         {},
-        "--compute_near_weights",
+        "--compute_near_weights=all",
     ),
+    "unknown near-weights mode": (OK_HOSTS + ["--job_name=worker", "--compute_near_weights=maybe"], {}, "maybe"),
     "stray argument": (OK_HOSTS + ["--job_name=ps", "extra"], {}, "'extra'"),
     "missing cluster file": (["--cluster_file=/nonexistent/c.json", "--job_name=ps"], {}, "/nonexistent/c.json"),
 }

@@ -152,7 +152,7 @@ def test_toolkit_tasks_are_run_task_with_its_defaults():
     one_step = systems.tasks(dataclasses.replace(config, system=systems.TOOLKIT_1STEP), [1, 2, 3], "/c", "/d")
     assert "--steps_per_run=1" in one_step[1].argv
     near = systems.tasks(dataclasses.replace(config, system=systems.TOOLKIT_NEAR), [1, 2, 3], "/c", "/d")
-    assert "--compute_near_weights" in near[1].argv
+    assert "--compute_near_weights=all" in near[1].argv
     sync = systems.tasks(dataclasses.replace(config, mode=systems.SYNC), [1, 2, 3], "/c", "/d")
     assert "--sync_replicas" in sync[2].argv
 

@@ -88,11 +88,11 @@ def test_sync_two_ps_two_workers_one_step_per_run(tmp_path):
 def test_layers_computed_on_two_ps_train_async_and_sync(tmp_path):
     # --compute_near_weights: each layer runs on the ps holding its weights, so
     # activations hop between ps0 and ps1; async (in-graph loop) and sync.
-    outcomes = start_cluster(tmp_path / "async", 2, 2, "--train_steps=300", "--model=mlp", "--compute_near_weights")
+    outcomes = start_cluster(tmp_path / "async", 2, 2, "--train_steps=300", "--model=mlp", "--compute_near_weights=all")
     results = check_trained(outcomes, tmp_path / "async", 300)
     assert min(r["test_accuracy"] for r in results) > 0.85, describe_all(outcomes)
     flags_used = tmp_path / "sync"
-    outcomes = start_cluster(flags_used, 1, 2, "--train_steps=150", "--sync_replicas", "--compute_near_weights")
+    outcomes = start_cluster(flags_used, 1, 2, "--train_steps=150", "--sync_replicas", "--compute_near_weights=all")
     check_trained(outcomes, flags_used, 150)
 
 
