@@ -13,8 +13,8 @@ SYSTEMS = (TOOLKIT, TOOLKIT_NEAR, TOOLKIT_1STEP, RAW, TF2, SINGLE)
 ASYNC, SYNC = "async", "sync"
 # Flags each ps_toolkit system adds to scripts/run_task.py's defaults. ps_toolkit
 # is the shipped defaults; ps_toolkit_1step turns off the in-graph loop (one step
-# per session.run), to show what that lever buys; ps_toolkit_near turns on the
-# opt-in --compute_near_weights (the layers run on the ps holding their weights).
+# per session.run), to show what that lever buys; ps_toolkit_near runs with
+# --compute_near_weights=all (every layer runs on the ps holding its weights).
 TOOLKIT_FLAGS = {TOOLKIT: (), TOOLKIT_1STEP: ("--steps_per_run=1",), TOOLKIT_NEAR: ("--compute_near_weights=all",)}
 # The raw script runs until the harness stops it (see run_options).
 RAW_UNBOUNDED_STEPS = 10**9
