@@ -100,8 +100,7 @@ def train_config_from_flags() -> TrainConfig:
         partition_variables=FLAGS.partition_variables,
         seed=FLAGS.seed,
         readiness_poll_secs=FLAGS.readiness_poll_secs,
-        # Sync: one step per run unless asked. With the loop a lone surviving replica can
-        # take every token and go on alone (docs/performance.md); 0 is still refused.
+        # 20 by default, async and sync; 0 is refused (TrainConfig.validate), not taken as a default.
         steps_per_run=FLAGS.steps_per_run,
         watchdog_secs=FLAGS.watchdog_secs,
         compute_near_weights=FLAGS.compute_near_weights,

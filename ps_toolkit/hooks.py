@@ -136,9 +136,8 @@ class SyncReleaseHook(tf.compat.v1.train.SessionRunHook):
     """At the end of sync training, frees the replicas still blocked on the token queue.
 
     Without it, once the chief stops aggregating, every other replica waits
-    forever for a sync token ("sync training hangs at the end"); and a replica
-    that took one token too many can leave the chief waiting for its last one.
-    Every replica runs it as it ends. The tokens carry the final global step,
+    forever for a sync token ("sync training hangs at the end"). Every replica
+    runs it as it ends. The tokens carry the final global step,
     so the released replicas see that training is over and stop too.
     """
 

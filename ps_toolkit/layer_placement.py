@@ -14,7 +14,7 @@ Modes:
   large to be packed (over ``packed_transfer.PACK_LIMIT_BYTES``) and the
   activations it would move are at most a quarter of the matrix bytes a step
   would move otherwise; never on a worker with a GPU, where the matmul belongs,
-  nor when a ps serves more than ``MAX_REPLICAS_PER_PS`` replicas: its cores
+  nor with more than ``MAX_REPLICAS_NEAR`` replicas: the ps holding the matrix
   would do every replica's arithmetic for that layer;
 - ``all``: every fully connected layer (the earlier opt-in ``--compute_near_weights``);
 - ``none``: every layer on the worker, as the raw TF1 script does.
@@ -32,16 +32,16 @@ from ps_toolkit.train_config import NEAR_WEIGHTS_MODES
 MAX_NEAR_BYTES_SHARE = 0.25
 # Measured up to 2 (1 ps + 2 workers, 2 ps + 2 workers); beyond, the ps's
 # arithmetic for every replica is a bet on its cores against its network.
-MAX_REPLICAS_PER_PS = 2
+MAX_REPLICAS_NEAR = 2
 
 
 def near_rule(
-    mode: str, batch_size: int, *, worker_has_gpu: bool = False, partitioned: bool = False, replicas_per_ps: float = 1
+    mode: str, batch_size: int, *, worker_has_gpu: bool = False, partitioned: bool = False, num_replicas: int = 1
 ) -> Callable[[int, int, int], bool]:
     """``runs_near(fan_in, units, bytes_per_value)`` for a layer with a fan_in x units weight matrix.
 
     ``partitioned``: the weights are split across ps tasks, so no ps holds a whole matrix.
-    ``replicas_per_ps``: training replicas per ps task (the chief and the workers).
+    ``num_replicas``: training replicas (the chief and the workers); the ps holding a matrix serves them all.
     """
     if mode not in NEAR_WEIGHTS_MODES:
         raise ValueError(f"near-weights mode must be one of {', '.join(NEAR_WEIGHTS_MODES)}, got {mode!r}")
@@ -49,7 +49,7 @@ def near_rule(
     def runs_near(fan_in: int, units: int, bytes_per_value: int) -> bool:
         if mode != "auto":
             return mode == "all"
-        if worker_has_gpu or partitioned or replicas_per_ps > MAX_REPLICAS_PER_PS:
+        if worker_has_gpu or partitioned or num_replicas > MAX_REPLICAS_NEAR:
             return False
         matrix_bytes = fan_in * units * bytes_per_value
         # Forward: input and output; backward: the output's gradient and the input's.

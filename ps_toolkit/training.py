@@ -71,8 +71,9 @@ def build_graph(cluster: ClusterConfig, config: TrainConfig, data: DataSplits) -
             config.compute_near_weights,
             config.batch_size,
             worker_has_gpu=bool(tf.config.list_physical_devices("GPU")),
-            partitioned=config.partition_variables,
-            replicas_per_ps=cluster.num_replicas / max(cluster.num_ps, 1),
+            partitioned=partitioner is not None,
+            # A layer's matrix lives on one ps, which would do every replica's arithmetic for it.
+            num_replicas=cluster.num_replicas,
         )
 
         def loss_fn(custom_getter=None):

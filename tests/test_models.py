@@ -46,7 +46,7 @@ def test_near_weights_runs_forward_and_backward_matmuls_on_the_ps():
     assert _devices_of("MatMul", _build(near_weights=True)) == {"/job:ps/task:0"}
 
 
-AUTO = near_rule("auto", batch_size=128, replicas_per_ps=2)
+AUTO = near_rule("auto", batch_size=128, num_replicas=2)
 
 
 def _matmul_devices_by_layer(graph) -> dict:
@@ -79,6 +79,6 @@ def test_auto_judges_the_bytes_a_step_moves():
     # a ps serving many replicas would do every one's arithmetic.
     assert not near_rule("auto", batch_size=128, worker_has_gpu=True)(784, 4096, 4)
     assert not near_rule("auto", batch_size=128, partitioned=True)(784, 4096, 4)
-    assert not near_rule("auto", batch_size=128, replicas_per_ps=3)(784, 4096, 4)
-    assert near_rule("all", batch_size=128, worker_has_gpu=True, replicas_per_ps=8)(784, 10, 4)
+    assert not near_rule("auto", batch_size=128, num_replicas=3)(784, 4096, 4)
+    assert near_rule("all", batch_size=128, worker_has_gpu=True, num_replicas=8)(784, 10, 4)
     assert not near_rule("none", batch_size=128)(784, 4096, 4)
