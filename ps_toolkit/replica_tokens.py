@@ -19,7 +19,9 @@ name, so a restarted replica finds it again):
   queue is old; a gradient stamped with an old step would be dropped as stale,
   and with no token left the replica would wait for an update that needs it);
 - a replica's local init empties its queue, so that a restarted replica does
-  not inherit the token its previous incarnation left and push twice.
+  not inherit the token its previous incarnation left (unless training is
+  over: then the tokens waiting are release tokens, and a late replica takes
+  one and stops).
 
 So with ``replicas_to_aggregate`` equal to the number of replicas, every step
 averages one gradient from each, and a dead replica stops the job (the
@@ -40,9 +42,16 @@ import tensorflow as tf
 
 
 class PerReplicaSyncOptimizer(tf.compat.v1.train.SyncReplicasOptimizer):
-    """``SyncReplicasOptimizer`` whose tokens are per replica; ``replica_index`` is this replica's (0 is the chief)."""
+    """``SyncReplicasOptimizer`` whose tokens are per replica; ``replica_index`` is this replica's (0 is the chief).
 
-    def __init__(self, opt, replicas_to_aggregate: int, total_num_replicas: int, replica_index: int):
+    ``last_step``, when given, is the global step training ends at: a replica
+    whose session starts after it keeps the release tokens in its queue
+    instead of emptying it, so that its one step returns.
+    """
+
+    def __init__(
+        self, opt, replicas_to_aggregate: int, total_num_replicas: int, replica_index: int, last_step: int | None = None
+    ):
         if not 1 <= replicas_to_aggregate <= total_num_replicas:
             raise ValueError(
                 f"replicas to aggregate must be between 1 and the {total_num_replicas} replicas, "
@@ -52,6 +61,7 @@ class PerReplicaSyncOptimizer(tf.compat.v1.train.SyncReplicasOptimizer):
             raise ValueError(f"replica index must be below {total_num_replicas}, got {replica_index}")
         super().__init__(opt, replicas_to_aggregate, total_num_replicas)
         self._replica_index = replica_index
+        self._last_step = last_step
         self._accumulators: dict = {}
         self._token_queues: list = []
 
@@ -103,7 +113,13 @@ class PerReplicaSyncOptimizer(tf.compat.v1.train.SyncReplicasOptimizer):
                 step = global_step.read_value()
                 top_ups = [self._top_up(queue, step) for queue in self._token_queues]
             self._chief_queue_runner = tf.compat.v1.train.QueueRunner(self._own_queue, [tf.group(*top_ups)])
-            leftover = self._own_queue.dequeue_many(self._own_queue.size())
+            waiting = self._own_queue.size()
+            if self._last_step is not None:
+                # Once training is over the tokens waiting are release tokens: a replica
+                # that starts then takes one and stops, instead of waiting for an update.
+                over = global_step.read_value() >= self._last_step
+                waiting = tf.where(over, tf.zeros_like(waiting), waiting)
+            leftover = self._own_queue.dequeue_many(waiting)
             with tf.control_dependencies([leftover]):
                 start_step = global_step.read_value()
         self.local_step_init_op = tf.compat.v1.assign(self._local_step, start_step)

@@ -126,6 +126,7 @@ def _sync_optimizer(cluster, config, optimizer):
         replicas_to_aggregate=config.aggregate_count(cluster),
         total_num_replicas=cluster.num_replicas,
         replica_index=cluster.replica_index,
+        last_step=config.train_steps,
     )
 
 

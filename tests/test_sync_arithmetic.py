@@ -21,7 +21,7 @@ LEARNING_RATE = 2.0
 GRADIENTS = [([0.1, 0.1], [0.2]), ([0.9, 0.9], [1.0]), ([0.5, 0.5], [0.3])]
 
 
-def build_replica(cluster, index, replicas_to_aggregate, make_train):
+def build_replica(cluster, index, replicas_to_aggregate, make_train, last_step=None):
     """Worker ``index``'s session and ``make_train(optimizer, global_step, var0, var1)``'s result, in its graph."""
     config = cluster.cluster_config("worker", index)
     graph = tf.Graph()
@@ -34,6 +34,7 @@ def build_replica(cluster, index, replicas_to_aggregate, make_train):
             replicas_to_aggregate=replicas_to_aggregate,
             total_num_replicas=config.num_replicas,
             replica_index=config.replica_index,
+            last_step=last_step,
         )
         train = make_train(optimizer, global_step, var0, var1)
         # The toolkit's hook: TF's own closes the shared token queue at session end.
@@ -185,6 +186,28 @@ def test_backup_replicas_go_on_and_a_restarted_replica_rejoins_fresh(cluster):
     np.testing.assert_allclose(value1, [2.0 - 3 * 1.2 - 1.3], rtol=1e-6)
     for session, _, _ in [*workers, restarted]:
         session.close()
+
+
+def test_a_backup_replica_that_starts_after_the_end_takes_a_release_token(cluster):
+    """1 of 3, over at step 2 and released: a replica whose session starts then makes its one step and returns.
+
+    Its local init must not empty its queue then: the tokens in it are the
+    release tokens, and no update will ever send another.
+    """
+
+    def make_train(optimizer, global_step, var0, var1):
+        grads = [(tf.constant(GRADIENTS[0][0]), var0), (tf.constant(GRADIENTS[0][1]), var1)]
+        return optimizer.apply_gradients(grads, global_step=global_step), optimizer.release_op(tokens_per_replica=2)
+
+    chief_session, (chief_op, release), (global_step, _, _) = build_replica(cluster, 0, 1, make_train, last_step=2)
+    for _ in range(2):
+        run_concurrently([(chief_session, chief_op)])
+    assert chief_session.run(global_step) == 2
+    chief_session.run(release)  # what SyncReleaseHook.end does as the chief ends
+    chief_session.close()
+    late_session, (late_op, _), _ = build_replica(cluster, 1, 1, make_train, last_step=2)
+    late_session.run(late_op, options=tf.compat.v1.RunOptions(timeout_in_ms=10_000))
+    late_session.close()
 
 
 def build_looping_worker(cluster, index, steps_per_run, last_step):
