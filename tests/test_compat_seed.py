@@ -31,8 +31,10 @@ def test_seed_extraction_finds_both_scripts():
     assert "SyncReplicasOptimizer" in scripts["sync"] and "'localhost:9004'" in scripts["sync"]
 
 
-def test_seed_async_script_trains_two_workers_past_90_percent(tmp_path):
-    # 200 epochs x 24 batches per worker: about 9,600 global steps.
+def test_seed_async_script_trains_two_workers_past_85_percent(tmp_path):
+    # 200 epochs x 24 batches per worker: about 9,600 global steps. The book's
+    # script seeds nothing and its async updates interleave as they will: runs
+    # here reached 0.897 to 0.953, so the bar is 0.85 (chance is 0.10).
     script = _script(tmp_path, "async", n_epochs=200)
     run = launch(
         tmp_path / "run",
@@ -43,7 +45,7 @@ def test_seed_async_script_trains_two_workers_past_90_percent(tmp_path):
     assert run.returncode == 0, run.describe()
     accuracies = run.final_accuracies()
     assert set(accuracies) == {"worker-0", "worker-1"}, run.describe()
-    assert min(accuracies.values()) >= 0.90, (accuracies, run.describe())
+    assert min(accuracies.values()) >= 0.85, (accuracies, run.describe())
     assert "SIGTERM (stopped)" in run.output  # the ps join()s forever; the launcher ended it
 
 
