@@ -23,7 +23,7 @@ import logging
 import tensorflow as tf
 
 from compat.task_context import filled_config
-from ps_toolkit.hooks import SyncReleaseHook
+from ps_toolkit.hooks import SyncReleaseHook, release_tokens_op
 from ps_toolkit.sessions import FastWorkerSessionCreator
 
 _v1 = tf.compat.v1
@@ -45,18 +45,10 @@ class SyncReplicasOptimizer(_v1.train.SyncReplicasOptimizer):
         train_op = super().apply_gradients(grads_and_vars, global_step=global_step, name=name)
         if global_step is not None:  # TF itself raises without one
             # Built now: Supervisor and MonitoredSession finalize the graph before training.
-            _v1.add_to_collection(_RELEASE_COLLECTION, _release_op(self, global_step, RELEASE_TOKENS))
+            # SyncReplicasOptimizer keeps its one shared token queue private.
+            queue = self._sync_token_queue  # noqa: SLF001
+            _v1.add_to_collection(_RELEASE_COLLECTION, release_tokens_op([queue], global_step, RELEASE_TOKENS))
         return train_op
-
-
-def _release_op(optimizer, global_step, num_tokens: int):
-    """An op that puts ``num_tokens`` tokens holding the global step into TensorFlow's shared sync token queue."""
-    # SyncReplicasOptimizer keeps its token queue private; it is the only way
-    # to wake replicas that are blocked dequeuing from it.
-    token_queue = optimizer._sync_token_queue  # noqa: SLF001
-    with _v1.device(global_step.device):
-        tokens = _v1.fill([num_tokens], _v1.identity(global_step))
-        return token_queue.enqueue_many((tokens,))
 
 
 def release_ops(graph) -> list:

@@ -222,6 +222,16 @@ def quiet_cancelled_queue_runners() -> None:
     threading.excepthook = hook
 
 
+def release_tokens_op(token_queues, global_step, tokens_per_queue: int):
+    """An op that puts ``tokens_per_queue`` tokens holding the global step into each sync token queue.
+
+    Blocked replicas wake on them; the step they carry tells them training is over.
+    """
+    with tf.compat.v1.device(global_step.device):
+        tokens = tf.fill([tokens_per_queue], tf.identity(global_step))
+        return tf.group(*(queue.enqueue_many([tokens]) for queue in token_queues))
+
+
 def print_result(record: dict) -> None:
     """The task's last stdout line: one JSON object."""
     sys.stdout.flush()

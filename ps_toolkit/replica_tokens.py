@@ -40,6 +40,8 @@ from __future__ import annotations
 
 import tensorflow as tf
 
+from ps_toolkit.hooks import release_tokens_op
+
 
 class PerReplicaSyncOptimizer(tf.compat.v1.train.SyncReplicasOptimizer):
     """``SyncReplicasOptimizer`` whose tokens are per replica; ``replica_index`` is this replica's (0 is the chief).
@@ -98,30 +100,13 @@ class PerReplicaSyncOptimizer(tf.compat.v1.train.SyncReplicasOptimizer):
                 aggregated.append((mean, var))
         with tf.compat.v1.device(global_step.device), tf.compat.v1.name_scope(""):
             update_op = self._opt.apply_gradients(aggregated, global_step)
-            self._token_queues = [
-                tf.queue.FIFOQueue(
-                    -1,
-                    global_step.dtype.base_dtype,
-                    shapes=[()],
-                    name=f"sync_token_q_{index}",
-                    shared_name=f"ps_toolkit_sync_token_q_replica_{index}",
-                )
-                for index in range(self._total_num_replicas)
-            ]
+            self._token_queues = [self._token_queue(index, global_step) for index in range(self._total_num_replicas)]
             self._sync_token_queue = self._own_queue
             with tf.control_dependencies([update_op]):
                 step = global_step.read_value()
                 top_ups = [self._top_up(queue, step) for queue in self._token_queues]
             self._chief_queue_runner = tf.compat.v1.train.QueueRunner(self._own_queue, [tf.group(*top_ups)])
-            waiting = self._own_queue.size()
-            if self._last_step is not None:
-                # Once training is over the tokens waiting are release tokens: a replica
-                # that starts then takes one and stops, instead of waiting for an update.
-                over = global_step.read_value() >= self._last_step
-                waiting = tf.where(over, tf.zeros_like(waiting), waiting)
-            leftover = self._own_queue.dequeue_many(waiting)
-            with tf.control_dependencies([leftover]):
-                start_step = global_step.read_value()
+            start_step = self._step_after_emptying_own_queue(global_step)
         self.local_step_init_op = tf.compat.v1.assign(self._local_step, start_step)
         self.ready_for_local_init_op = tf.compat.v1.report_uninitialized_variables(tf.compat.v1.global_variables())
         set_steps = []
@@ -172,9 +157,30 @@ class PerReplicaSyncOptimizer(tf.compat.v1.train.SyncReplicasOptimizer):
 
     def release_op(self, tokens_per_replica: int):
         """Puts ``tokens_per_replica`` tokens in every replica's queue, to free replicas waiting at the end."""
-        with tf.compat.v1.device(self._global_step.device):
-            tokens = tf.fill([tokens_per_replica], self._global_step.read_value())
-            return tf.group(*(queue.enqueue_many([tokens]) for queue in self._token_queues))
+        return release_tokens_op(self._token_queues, self._global_step, tokens_per_replica)
+
+    @staticmethod
+    def _token_queue(index: int, global_step):
+        """Replica ``index``'s queue, found by name on the ps by every replica's graph and a restarted one's."""
+        return tf.queue.FIFOQueue(
+            -1,
+            global_step.dtype.base_dtype,
+            shapes=[()],
+            name=f"sync_token_q_{index}",
+            shared_name=f"ps_toolkit_sync_token_q_replica_{index}",
+        )
+
+    def _step_after_emptying_own_queue(self, global_step):
+        """The global step, read after this replica's queue is emptied of its predecessor's tokens."""
+        waiting = self._own_queue.size()
+        if self._last_step is not None:
+            # Once training is over the tokens waiting are release tokens: a replica
+            # that starts then takes one and stops, instead of waiting for an update.
+            over = global_step.read_value() >= self._last_step
+            waiting = tf.where(over, tf.zeros_like(waiting), waiting)
+        leftover = self._own_queue.dequeue_many(waiting)
+        with tf.control_dependencies([leftover]):
+            return global_step.read_value()
 
     @property
     def _own_queue(self):
