@@ -6,7 +6,7 @@ import tensorflow as tf
 
 from ps_toolkit import placement
 from ps_toolkit.cluster import ClusterConfig
-from ps_toolkit.models import build_model
+from ps_toolkit.models import NETWORKS
 
 
 def balance(model: str, num_ps: int, strategy: str, partition: bool = False) -> dict:
@@ -21,8 +21,8 @@ def balance(model: str, num_ps: int, strategy: str, partition: bool = False) -> 
             tf.compat.v1.train.get_or_create_global_step()
             images = tf.compat.v1.placeholder(tf.float32, [None, 784])
             partitioner = placement.variable_partitioner(cluster) if partition else None
-            with tf.compat.v1.variable_scope("model"):
-                build_model(model, images, partitioner)
+            with tf.compat.v1.variable_scope("model", partitioner=partitioner):
+                NETWORKS[model](images)
         report = placement.placement_report(graph, num_ps=num_ps)
     return {
         "model": model,

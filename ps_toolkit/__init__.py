@@ -4,25 +4,27 @@ The public API, re-exported on purpose. Importing this package does not
 import TensorFlow; the submodules that need it import it themselves.
 """
 
+from ps_toolkit.api import train
 from ps_toolkit.cluster import ClusterConfig, resolve
 from ps_toolkit.errors import ConfigError, RetryableError, ToolkitError
-from ps_toolkit.estimator import EvalSpec, RunConfig, TrainSpec, train_and_evaluate
 from ps_toolkit.local_cluster import InProcessCluster, LocalCluster, TaskFailedError
+from ps_toolkit.model_api import InputContext, ModeKeys, ModelDefinition, ModelSpec
 from ps_toolkit.train_config import TrainConfig
 
 __all__ = [
     "ClusterConfig",
     "ConfigError",
-    "EvalSpec",
     "InProcessCluster",
+    "InputContext",
     "LocalCluster",
+    "ModeKeys",
+    "ModelDefinition",
+    "ModelSpec",
     "RetryableError",
-    "RunConfig",
     "TaskFailedError",
     "ToolkitError",
     "TrainConfig",
-    "TrainSpec",
     "resolve",
-    "train_and_evaluate",
+    "train",
 ]
 __version__ = "0.1.0"

@@ -15,8 +15,10 @@ import sys
 from absl import flags
 
 from ps_toolkit import cluster as cluster_lib
-from ps_toolkit import slurm
+from ps_toolkit import slurm, user_code
 from ps_toolkit.errors import EXIT_CONFIG, ConfigError, ToolkitError
+from ps_toolkit.model_api import ModelDefinition
+from ps_toolkit.optimizers import OPTIMIZER_NAMES
 from ps_toolkit.train_config import MODEL_NAMES, NEAR_WEIGHTS_MODES, PLACEMENT_STRATEGIES, TrainConfig
 
 FLAGS = flags.FLAGS
@@ -34,12 +36,23 @@ def define_cluster_flags() -> None:
     flags.DEFINE_integer("slurm_port_base", slurm.DEFAULT_BASE_PORT, "--cluster_from=slurm: first port on each node.")
 
 
+# The flags that name a user's model; without --model_fn the built-in --model trains.
+MODEL_FN_FLAGS = ("model_fn", "input_fn", "eval_input_fn", "params")
+
+
 def define_training_flags() -> None:
-    flags.DEFINE_enum("model", "softmax", list(MODEL_NAMES), "Model to train.")
-    flags.DEFINE_string("data_dir", None, "Folder with the MNIST IDX files; default: the embedded digits.")
+    flags.DEFINE_string("model_fn", None, "Your model: MODULE:FUNCTION, model_fn(features, labels, mode, params).")
+    flags.DEFINE_string("input_fn", None, "With --model_fn: MODULE:FUNCTION returning the training tf.data.Dataset.")
+    flags.DEFINE_string("eval_input_fn", None, "With --model_fn: MODULE:FUNCTION returning the (finite) eval dataset.")
+    flags.DEFINE_string("params", None, "With --model_fn: a JSON object passed to model_fn as params.")
+    flags.DEFINE_enum("model", "softmax", list(MODEL_NAMES), "Built-in MNIST model to train without --model_fn.")
+    flags.DEFINE_string("data_dir", None, "Built-in models: folder with the MNIST IDX files; default: embedded digits.")
     flags.DEFINE_integer("train_steps", 1000, "Global steps to train for.")
     flags.DEFINE_integer("batch_size", 100, "Examples per replica per step.")
-    flags.DEFINE_float("learning_rate", None, "SGD learning rate; default depends on --model.")
+    flags.DEFINE_enum("optimizer", "sgd", list(OPTIMIZER_NAMES), "Optimizer the toolkit builds for the model's loss.")
+    flags.DEFINE_float("learning_rate", None, "Default: the built-in model's, else the optimizer's.")
+    flags.DEFINE_integer("eval_steps", None, "Batches per evaluation; default: the whole eval dataset.")
+    flags.DEFINE_string("export_dir", None, "The chief writes a SavedModel of the PREDICT graph here at the end.")
     flags.DEFINE_boolean("sync_replicas", False, "Aggregate gradients with SyncReplicasOptimizer.")
     flags.DEFINE_integer("replicas_to_aggregate", None, "Gradients per sync step; default: all replicas.")
     flags.DEFINE_string("checkpoint_dir", None, "Where the chief writes checkpoints and summaries.")
@@ -89,7 +102,10 @@ def train_config_from_flags() -> TrainConfig:
         model=FLAGS.model,
         train_steps=FLAGS.train_steps,
         batch_size=FLAGS.batch_size,
+        optimizer=FLAGS.optimizer,
         learning_rate=FLAGS.learning_rate,
+        eval_steps=FLAGS.eval_steps,
+        export_dir=FLAGS.export_dir,
         sync_replicas=FLAGS.sync_replicas,
         replicas_to_aggregate=FLAGS.replicas_to_aggregate,
         checkpoint_dir=FLAGS.checkpoint_dir,
@@ -106,6 +122,44 @@ def train_config_from_flags() -> TrainConfig:
         compute_near_weights=FLAGS.compute_near_weights,
         pack_transfers=FLAGS.pack_transfers,
         data_dir=FLAGS.data_dir,
+    )
+
+
+def check_model_flags() -> None:
+    """The model flags, checked without importing the user's modules or TensorFlow."""
+    if not FLAGS.model_fn:
+        given = [f"--{name}" for name in MODEL_FN_FLAGS if FLAGS[name].value is not None]
+        if given:
+            raise ConfigError(f"{given[0]} needs --model_fn=MODULE:FUNCTION (without it the built-in --model trains)")
+        return
+    if FLAGS["model"].present:
+        raise ConfigError(
+            f"--model={FLAGS.model} names a built-in model and --model_fn={FLAGS.model_fn} your own; give one"
+        )
+    if FLAGS.data_dir is not None:
+        raise ConfigError(
+            "--data_dir is the built-in models' MNIST folder; give your input_fn its data through --params"
+        )
+    if not FLAGS.input_fn:
+        raise ConfigError(f"--model_fn={FLAGS.model_fn} needs --input_fn=MODULE:FUNCTION for its training data")
+    for name in ("model_fn", "input_fn", "eval_input_fn"):
+        if FLAGS[name].value:
+            user_code.locate(FLAGS[name].value, name)
+    user_code.parse_params(FLAGS.params)
+
+
+def model_definition_from_flags(config: TrainConfig) -> ModelDefinition:
+    """The model the flags name: --model_fn and its input functions, imported, or the built-in --model."""
+    if not FLAGS.model_fn:
+        from ps_toolkit import models
+
+        return models.definition(config.model, config.data_dir, seed=config.seed)
+    return ModelDefinition(
+        model_fn=user_code.load(FLAGS.model_fn, "model_fn"),
+        input_fn=user_code.load(FLAGS.input_fn, "input_fn"),
+        eval_input_fn=user_code.load(FLAGS.eval_input_fn, "eval_input_fn") if FLAGS.eval_input_fn else None,
+        params=user_code.parse_params(FLAGS.params),
+        name=FLAGS.model_fn,
     )
 
 

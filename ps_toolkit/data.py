@@ -90,27 +90,12 @@ def shard_bounds(num_examples: int, num_shards: int, shard_index: int) -> tuple[
     return start, start + base + (1 if shard_index < extra else 0)
 
 
-class _IteratorInitHook(tf.compat.v1.train.SessionRunHook):
-    """Feeds the arrays into the iterator each time a session is (re)created.
-
-    Feeding through placeholders keeps the arrays out of the GraphDef, which
-    every session creation would otherwise ship over gRPC.
-    """
-
-    def __init__(self, initializer, feed_dict):
-        self._initializer = initializer
-        self._feed_dict = feed_dict
-
-    def after_create_session(self, session, coord):
-        session.run(self._initializer, feed_dict=self._feed_dict)
-
-
-def _no_autotune() -> tf.data.Options:
+def no_autotune() -> tf.data.Options:
     """Dataset options without tf.data's autotuning thread.
 
     Closing a session waits for that thread, which sleeps in timed waits: after
-    a ps restart or a network partition it held up the session re-creation of
-    a worker by 9-39 s (seen in a stack dump). The pipeline's sizes are fixed
+    a ps restart or a network partition it holds up the session re-creation of
+    a worker by seconds (docs/reliability.md). The pipeline's sizes are fixed
     here anyway, so there is nothing to tune.
     """
     options = tf.data.Options()
@@ -118,39 +103,44 @@ def _no_autotune() -> tf.data.Options:
     return options
 
 
-def make_train_input(
-    images: np.ndarray,
-    labels: np.ndarray,
-    *,
-    batch_size: int,
-    replica_index: int,
-    num_replicas: int,
-    seed: int,
-):
-    """This replica's endless, shuffled batches: returns (next_batch, init hook).
+def _as_bytes(images: np.ndarray) -> np.ndarray:
+    """[0, 1] floats back to the IDX files' bytes: a quarter of the size in the graph."""
+    return np.round(images * 255.0).astype(np.uint8)
 
-    ``next_batch()`` builds a get-next op and returns (images, labels). Call it
-    where the batch is used: inside an in-graph loop's body, each iteration
-    then takes a new batch; a batch tensor made outside the loop would enter
-    it as a constant, and every step of a run would train on the same batch.
+
+def _features(images, labels):
+    return {"image": tf.cast(images, tf.float32) / 255.0}, labels
+
+
+def train_input_fn(splits: DataSplits, input_context, *, seed: int = 0) -> tf.data.Dataset:
+    """This replica's endless, shuffled batches of ``({"image": [batch, 784]}, labels)`` (an input_fn).
+
+    Each replica reads its own contiguous shard of the training set,
+    shuffled with its own seed: replicas shuffle differently, runs are reproducible.
     """
-    start, end = shard_bounds(len(images), num_replicas, replica_index)
-    shard_images, shard_labels = images[start:end], labels[start:end]
-    if len(shard_images) < batch_size:
-        raise ConfigError(
-            f"--batch_size={batch_size} is larger than this replica's shard of {len(shard_images)} examples"
-        )
-    images_in = tf.compat.v1.placeholder(tf.float32, shard_images.shape, name="shard_images")
-    labels_in = tf.compat.v1.placeholder(tf.int64, shard_labels.shape, name="shard_labels")
-    dataset = (
-        tf.data.Dataset.from_tensor_slices((images_in, labels_in))
-        # A per-replica seed: replicas shuffle differently, runs are reproducible.
-        .shuffle(len(shard_images), seed=seed * 1000 + replica_index, reshuffle_each_iteration=True)
+    batch_size = input_context.get_per_replica_batch_size()
+    start, end = shard_bounds(
+        len(splits.train_images), input_context.num_input_pipelines, input_context.input_pipeline_id
+    )
+    images, labels = splits.train_images[start:end], splits.train_labels[start:end]
+    if len(images) < batch_size:
+        raise ConfigError(f"--batch_size={batch_size} is larger than this replica's shard of {len(images)} examples")
+    return (
+        tf.data.Dataset.from_tensor_slices((_as_bytes(images), labels))
+        .shuffle(len(images), seed=seed * 1000 + input_context.input_pipeline_id, reshuffle_each_iteration=True)
         .repeat()
         .batch(batch_size, drop_remainder=True)
+        .map(_features)
         .prefetch(2)
-        .with_options(_no_autotune())
+        .with_options(no_autotune())
     )
-    iterator = tf.compat.v1.data.make_initializable_iterator(dataset)
-    hook = _IteratorInitHook(iterator.initializer, {images_in: shard_images, labels_in: shard_labels})
-    return iterator.get_next, hook
+
+
+def eval_input_fn(splits: DataSplits, batch_size: int = 2000) -> tf.data.Dataset:
+    """The test set once, in batches of ``({"image": ...}, labels)`` (an eval_input_fn)."""
+    return (
+        tf.data.Dataset.from_tensor_slices((_as_bytes(splits.test_images), splits.test_labels))
+        .batch(batch_size)
+        .map(_features)
+        .with_options(no_autotune())
+    )

@@ -1,58 +1,118 @@
-"""The evaluator task: evaluates every new checkpoint on the test set until training ends.
+"""Evaluation through the model_fn's ``eval_metric_ops``: at the end of training, and as the evaluator task.
 
-It needs no server and no connection to the cluster: like tf.estimator's
-evaluator, it reads the chief's checkpoints from the shared checkpoint
-directory, and writes its results as summaries to ``<checkpoint_dir>/eval``.
+Both run the model_fn in EVAL mode over the finite dataset of its
+``eval_input_fn`` and report every metric (``tf.compat.v1.metrics``), plus
+the mean EVAL loss as ``loss`` unless the model names one itself.
+
+The evaluator task needs no server and no connection to the cluster: like
+tf.estimator's evaluator, it reads the chief's checkpoints from the shared
+checkpoint directory and writes its results as summaries to
+``<checkpoint_dir>/eval``.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import os
 import time
 
 import tensorflow as tf
 
-from ps_toolkit import placement
 from ps_toolkit.cluster import ClusterConfig
-from ps_toolkit.data import DataSplits
-from ps_toolkit.errors import RetryableError
-from ps_toolkit.models import build_model
+from ps_toolkit.errors import ConfigError, RetryableError
+from ps_toolkit.model_api import ModeKeys, ModelDefinition
+from ps_toolkit.model_calls import call_input_fn, call_model_fn, function_name
 from ps_toolkit.train_config import TrainConfig
 
 log = logging.getLogger(__name__)
 
 
-def _evaluation_graph(cluster: ClusterConfig, config: TrainConfig, data: DataSplits):
-    images = tf.compat.v1.placeholder(tf.float32, [None, data.test_images.shape[1]], name="images")
-    labels = tf.compat.v1.placeholder(tf.int64, [None], name="labels")
-    global_step = tf.compat.v1.train.get_or_create_global_step()
-    # The same partitioning as training, so every saved variable has a home.
-    partitioner = placement.variable_partitioner(cluster) if config.partition_variables else None
-    with tf.compat.v1.variable_scope("model"):
-        logits = build_model(config.model, images, partitioner)
-    loss = tf.reduce_mean(tf.nn.sparse_softmax_cross_entropy_with_logits(labels=labels, logits=logits))
-    correct = tf.reduce_sum(tf.cast(tf.equal(tf.argmax(logits, 1), labels), tf.float32))
-    return images, labels, global_step, loss, correct
+@dataclasses.dataclass(frozen=True)
+class EvalGraph:
+    """The ops of one evaluation pass: start the data, reset the metrics, update them per batch, read them."""
+
+    initializer: tf.Operation
+    updates: list
+    values: dict
+    batches: tf.Tensor  # the dataset's cardinality: negative when infinite or unknown
+
+    def run(self, session, max_batches: int | None = None) -> dict:
+        """Every metric over the eval dataset (at most ``max_batches`` batches), as floats."""
+        session.run(self.initializer)
+        if max_batches is None and session.run(self.batches) == tf.data.INFINITE_CARDINALITY:
+            raise ConfigError("the eval_input_fn's dataset repeats forever; end it or give --eval_steps")
+        done = 0
+        while max_batches is None or done < max_batches:
+            try:
+                session.run(self.updates)
+            except tf.errors.OutOfRangeError:
+                break
+            done += 1
+        return {name: float(value) for name, value in session.run(self.values).items()}
+
+
+def build_eval_graph(definition: ModelDefinition, partitioner=None, reuse=None) -> EvalGraph:
+    """The model in EVAL mode on the eval_input_fn's dataset, in the default graph and device scope."""
+    name = function_name(definition.eval_input_fn)
+    dataset = call_input_fn(definition.eval_input_fn, name)
+    iterator = tf.compat.v1.data.make_initializable_iterator(dataset)
+    features, labels = iterator.get_next()
+    graph = tf.compat.v1.get_default_graph()
+    local_before = set(graph.get_collection(tf.compat.v1.GraphKeys.LOCAL_VARIABLES))
+    spec = call_model_fn(definition, features, labels, ModeKeys.EVAL, partitioner=partitioner, reuse=reuse)
+    metrics = dict(spec.eval_metric_ops or {})
+    if "loss" not in metrics:
+        metrics["loss"] = tf.compat.v1.metrics.mean(spec.loss)
+    metric_variables = [
+        v for v in graph.get_collection(tf.compat.v1.GraphKeys.LOCAL_VARIABLES) if v not in local_before
+    ]
+    initializer = tf.group(iterator.initializer, tf.compat.v1.variables_initializer(metric_variables))
+    return EvalGraph(
+        initializer=initializer,
+        updates=[update for _, update in metrics.values()],
+        values={metric: value for metric, (value, _) in metrics.items()},
+        batches=dataset.cardinality(),
+    )
+
+
+class FinalEvaluationHook(tf.compat.v1.train.SessionRunHook):
+    """Evaluates the trained model once, when the session ends normally; ``metrics`` holds the result."""
+
+    def __init__(self, eval_graph: EvalGraph, max_batches: int | None = None):
+        self._eval_graph = eval_graph
+        self._max_batches = max_batches
+        self.metrics: dict | None = None
+
+    def end(self, session):
+        self.metrics = self._eval_graph.run(session, self._max_batches)
+
+
+def final_evaluation_hook(definition: ModelDefinition, partitioner=None, max_batches: int | None = None):
+    """A FinalEvaluationHook over the model's variables, which must already exist."""
+    return FinalEvaluationHook(build_eval_graph(definition, partitioner, reuse=tf.compat.v1.AUTO_REUSE), max_batches)
 
 
 def evaluate_checkpoints(
     cluster: ClusterConfig,
     config: TrainConfig,
-    data: DataSplits,
+    definition: ModelDefinition,
+    partitioner=None,
     *,
     throttle_secs: float = 0.0,
     idle_timeout_secs: float = 600.0,
-    eval_batch_size: int = 1000,
 ) -> dict:
-    """Evaluates each new checkpoint until one reaches ``config.train_steps``.
+    """Evaluates each new checkpoint until one reaches ``config.train_steps``; returns the task's result.
 
     Raises RetryableError if no new checkpoint appears for ``idle_timeout_secs``.
     """
+    if definition.eval_input_fn is None:
+        raise ConfigError(f"the evaluator needs an eval_input_fn (--eval_input_fn) for {definition.name}")
     started = time.monotonic()
     records = []
     with tf.Graph().as_default():
-        images, labels, global_step, loss, correct = _evaluation_graph(cluster, config, data)
+        global_step = tf.compat.v1.train.get_or_create_global_step()
+        eval_graph = build_eval_graph(definition, partitioner)
         saver = tf.compat.v1.train.Saver()
         writer = tf.compat.v1.summary.FileWriter(os.path.join(config.checkpoint_dir, "eval"))
         with tf.compat.v1.Session() as session:
@@ -61,10 +121,10 @@ def evaluate_checkpoints(
             ):
                 saver.restore(session, path)
                 step = int(session.run(global_step))
-                metrics = _evaluate(session, images, labels, loss, correct, data, eval_batch_size)
-                _write_summary(writer, step, metrics)
+                metrics = eval_graph.run(session, config.eval_steps)
+                write_summary(writer, step, metrics)
                 records.append({"global_step": step, **metrics})
-                log.info("evaluated %s: step %d, accuracy %.4f, loss %.4f", path, step, *metrics.values())
+                log.info("evaluated %s: step %d, %s", path, step, _format(metrics))
                 if step >= config.train_steps:
                     break
             else:
@@ -73,31 +133,25 @@ def evaluate_checkpoints(
                 )
         writer.close()
     last = records[-1]
+    metrics = {k: v for k, v in last.items() if k != "global_step"}
     return {
         "job": cluster.task_type,
         "task": cluster.task_index,
         "global_step": last["global_step"],
         "evaluations": len(records),
-        "test_accuracy": last["accuracy"],
-        "test_loss": last["loss"],
+        "eval": metrics,
+        "test_accuracy": metrics.get("accuracy"),
+        "test_loss": metrics["loss"],
         "seconds": round(time.monotonic() - started, 3),
     }
 
 
-def _evaluate(session, images, labels, loss, correct, data: DataSplits, batch_size: int) -> dict:
-    total_loss, total_correct, count = 0.0, 0.0, len(data.test_images)
-    for start in range(0, count, batch_size):
-        feed = {
-            images: data.test_images[start : start + batch_size],
-            labels: data.test_labels[start : start + batch_size],
-        }
-        batch_loss, batch_correct = session.run([loss, correct], feed_dict=feed)
-        total_loss += float(batch_loss) * len(feed[images])
-        total_correct += float(batch_correct)
-    return {"accuracy": total_correct / count, "loss": total_loss / count}
+def _format(metrics: dict) -> str:
+    return ", ".join(f"{name} {value:.4f}" for name, value in metrics.items())
 
 
-def _write_summary(writer, step: int, metrics: dict) -> None:
+def write_summary(writer, step: int, metrics: dict) -> None:
+    """One summary event of every metric at ``step`` (what TensorBoard's eval run shows)."""
     summary = tf.compat.v1.Summary(
         value=[tf.compat.v1.Summary.Value(tag=name, simple_value=value) for name, value in metrics.items()]
     )

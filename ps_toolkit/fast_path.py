@@ -17,6 +17,7 @@ Example:
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 
 import tensorflow as tf
@@ -52,8 +53,13 @@ def apply_step_fn(optimizer, global_step, loss_and_gradients):
     return step
 
 
-def multi_step(step_fn, default_steps: int) -> MultiStep:
-    """Runs ``step_fn`` ``num_steps`` times (default ``default_steps``) in one tf.while_loop."""
+def multi_step(step_fn, default_steps: int, *, tf1_loop: bool = False) -> MultiStep:
+    """Runs ``step_fn`` ``num_steps`` times (default ``default_steps``) in one tf.while_loop.
+
+    ``tf1_loop``: build it with TF1 control flow (``tf1_control_flow``). A
+    functional loop's body cannot hold a gradient colocated with a lookup on a
+    ps (an embedding table read in place); a TF1 loop can.
+    """
     if default_steps < 1:
         raise ValueError(f"steps per run must be at least 1, got {default_steps}")
     num_steps = tf.compat.v1.placeholder_with_default(tf.constant(default_steps, tf.int32), [], name="steps_per_run")
@@ -64,14 +70,15 @@ def multi_step(step_fn, default_steps: int) -> MultiStep:
             return i + 1, tf.cast(loss, tf.float32)
 
     # One iteration at a time: step i+1 must read the parameters step i updated.
-    steps_done, loss = tf.while_loop(
-        lambda i, _: i < num_steps,
-        body,
-        [tf.constant(0), tf.constant(0.0)],
-        parallel_iterations=1,
-        back_prop=False,
-        name="steps_per_run_loop",
-    )
+    with tf1_control_flow() if tf1_loop else contextlib.nullcontext():
+        steps_done, loss = tf.while_loop(
+            lambda i, _: i < num_steps,
+            body,
+            [tf.constant(0), tf.constant(0.0)],
+            parallel_iterations=1,
+            back_prop=False,
+            name="steps_per_run_loop",
+        )
     with tf.control_dependencies([loss]):
         new_step = tf.compat.v1.train.get_global_step().read_value()
     return MultiStep(num_steps, loss, new_step, steps_done)
@@ -87,3 +94,15 @@ def steps_for_next_run(global_step: int, train_steps: int, num_replicas: int, st
     remaining = train_steps - global_step
     share = -(-remaining // max(num_replicas, 1))
     return max(1, min(steps_per_run, share))
+
+
+@contextlib.contextmanager
+def tf1_control_flow():
+    """Builds the loops made inside it with TF1 control flow; TensorFlow's switch is process-wide."""
+    was_v2 = tf.compat.v1.control_flow_v2_enabled()
+    tf.compat.v1.disable_control_flow_v2()
+    try:
+        yield
+    finally:
+        if was_v2:
+            tf.compat.v1.enable_control_flow_v2()

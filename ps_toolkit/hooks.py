@@ -1,4 +1,4 @@
-"""Session hooks: progress lines, final evaluation, and the release of sync replicas at the end."""
+"""Session hooks: progress lines, the stop after an in-graph loop, and the release of sync replicas at the end."""
 
 from __future__ import annotations
 
@@ -110,26 +110,6 @@ class StopAtLastStepHook(tf.compat.v1.train.SessionRunHook):
     def after_run(self, run_context, run_values):
         if run_values.results >= self._last_step:
             run_context.request_stop()
-
-
-class FinalEvaluationHook(tf.compat.v1.train.SessionRunHook):
-    """Computes test accuracy once, when the session ends normally."""
-
-    def __init__(self, accuracy, images_placeholder, labels_placeholder, images, labels, batch_size=2000):
-        self._accuracy = accuracy
-        self._images_in, self._labels_in = images_placeholder, labels_placeholder
-        self._images, self._labels = images, labels
-        self._batch_size = batch_size
-        self.test_accuracy = None
-
-    def end(self, session):
-        correct = 0.0
-        for start in range(0, len(self._images), self._batch_size):
-            images = self._images[start : start + self._batch_size]
-            labels = self._labels[start : start + self._batch_size]
-            feed = {self._images_in: images, self._labels_in: labels}
-            correct += float(session.run(self._accuracy, feed_dict=feed)) * len(images)
-        self.test_accuracy = correct / max(len(self._images), 1)
 
 
 class SyncReleaseHook(tf.compat.v1.train.SessionRunHook):

@@ -22,6 +22,7 @@ Modes:
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable
 
 from ps_toolkit.packed_transfer import PACK_LIMIT_BYTES
@@ -58,3 +59,25 @@ def near_rule(
         return matrix_bytes > PACK_LIMIT_BYTES and activation_bytes <= MAX_NEAR_BYTES_SHARE * 2 * matrix_bytes
 
     return runs_near
+
+
+_rules_in_effect: list[Callable[[int, int, int], bool]] = []
+
+
+@contextlib.contextmanager
+def rule_in_effect(runs_near: Callable[[int, int, int], bool]):
+    """Makes ``runs_near`` the rule ``ps_toolkit.layers.dense`` follows while a model_fn builds the graph."""
+    _rules_in_effect.append(runs_near)
+    try:
+        yield
+    finally:
+        _rules_in_effect.pop()
+
+
+def current_rule() -> Callable[[int, int, int], bool]:
+    """The rule in effect; outside the toolkit's graph building every layer runs on the worker."""
+    return _rules_in_effect[-1] if _rules_in_effect else _never
+
+
+def _never(fan_in: int, units: int, bytes_per_value: int) -> bool:
+    return False

@@ -1,87 +1,92 @@
-"""The textbook models as graph-building functions: softmax regression, an MLP, a small CNN.
+"""The built-in MNIST models as model_fns of the public seam: softmax regression, an MLP, a wide MLP, a CNN.
 
-Each takes flattened 28x28 images and returns logits. Variables are created
-with ``tf.compat.v1.get_variable`` so the caller's device function places them
-on the parameter servers and an optional partitioner can split large ones.
-
-``near_weights`` runs fully connected layers on the ps task that holds their
-weights (Project Adam's placement, OSDI 2014): a step then moves the layer's
-input and output activations (batch x units) instead of pulling the weights
-and pushing their gradient (units x units). The arithmetic is the same; the ps
-does it. ``True`` moves every such layer; a ``layer_placement.near_rule``
-decides per layer. Build the gradients with ``colocate_gradients_with_ops=True``
-so the backward pass runs there too.
+They are clients of ``ps_toolkit.model_api`` like any user's model: features
+are ``{"image": [batch, 784] float32}``, labels int64 class ids, and every
+mode returns a ``ModelSpec`` (a loss, the predicted class and probabilities,
+an ``accuracy`` metric). Their fully connected layers are
+``ps_toolkit.layers.dense``, so ``--compute_near_weights`` applies to them
+as to any model built with it. ``definition`` pairs a model with the MNIST
+input pipeline of ``ps_toolkit.data``.
 """
 
 from __future__ import annotations
 
-import contextlib
+import functools
 
 import tensorflow as tf
 
-from ps_toolkit.data import IMAGE_PIXELS, NUM_CLASSES
+from ps_toolkit import data, layers
 from ps_toolkit.errors import ConfigError
+from ps_toolkit.model_api import ModeKeys, ModelDefinition, ModelSpec
 from ps_toolkit.train_config import MODEL_NAMES
 
-_glorot = tf.compat.v1.glorot_uniform_initializer
+# Learning rates that train each model well with plain SGD on MNIST-shaped data.
+SGD_LEARNING_RATES = {"softmax": 0.5, "mlp": 0.1, "wide": 0.1, "cnn": 0.05}
 
 
-def _dense(inputs, units: int, name: str, partitioner=None, initializer=None, near_weights=False):
-    with tf.compat.v1.variable_scope(name):
-        weights = tf.compat.v1.get_variable(
-            "weights",
-            [inputs.shape[-1], units],
-            initializer=initializer or _glorot(),
-            partitioner=partitioner,
-        )
-        biases = tf.compat.v1.get_variable("biases", [units], initializer=tf.compat.v1.zeros_initializer())
-    fan_in = int(inputs.shape[-1])
-    near = near_weights(fan_in, units, weights.dtype.base_dtype.size) if callable(near_weights) else near_weights
-    with tf.compat.v1.device(weights.device) if near else contextlib.nullcontext():
-        return tf.matmul(inputs, weights) + biases
-
-
-def softmax_regression(images, partitioner=None, near_weights=False):
+def softmax_regression(images):
     """Mastering TensorFlow ch. 15: one 784x10 layer (zero-initialised, which converges fastest)."""
-    return _dense(images, NUM_CLASSES, "softmax", partitioner, tf.compat.v1.zeros_initializer(), near_weights)
+    return layers.dense(images, data.NUM_CLASSES, "softmax", initializer=tf.compat.v1.zeros_initializer())
 
 
-def mlp(images, partitioner=None, near_weights=False, hidden=(256, 256)):
+def mlp(images, hidden=(256, 256)):
     """A fully connected 784-256-256-10 network."""
     net = images
     for i, units in enumerate(hidden):
-        net = tf.nn.relu(_dense(net, units, f"hidden{i}", partitioner, near_weights=near_weights))
-    return _dense(net, NUM_CLASSES, "logits", partitioner, near_weights=near_weights)
+        net = tf.nn.relu(layers.dense(net, units, f"hidden{i}"))
+    return layers.dense(net, data.NUM_CLASSES, "logits")
 
 
-def wide(images, partitioner=None, near_weights=False):
+def wide(images):
     """784-4096-10: 3.3 M parameters, the size where placement and partitioning matter."""
-    return mlp(images, partitioner, near_weights, hidden=(4096,))
+    return mlp(images, hidden=(4096,))
 
 
-def cnn(images, partitioner=None, near_weights=False):
+def cnn(images):
     """Two 5x5 convolutions with max pooling, then 256 hidden units (TF's classic MNIST CNN, narrower)."""
+    glorot = tf.compat.v1.glorot_uniform_initializer
     net = tf.reshape(images, [-1, 28, 28, 1])
     for i, channels in enumerate((16, 32)):
         with tf.compat.v1.variable_scope(f"conv{i}"):
-            kernel = tf.compat.v1.get_variable("kernel", [5, 5, net.shape[-1], channels], initializer=_glorot())
+            kernel = tf.compat.v1.get_variable("kernel", [5, 5, net.shape[-1], channels], initializer=glorot())
             bias = tf.compat.v1.get_variable("bias", [channels], initializer=tf.compat.v1.zeros_initializer())
         net = tf.nn.relu(tf.nn.conv2d(net, kernel, strides=1, padding="SAME") + bias)
         net = tf.nn.max_pool2d(net, ksize=2, strides=2, padding="SAME")
     net = tf.reshape(net, [-1, 7 * 7 * 32])
-    # Only the fully connected layers move: a convolution's activations outweigh its kernel.
-    net = tf.nn.relu(_dense(net, 256, "fc", partitioner, near_weights=near_weights))
-    return _dense(net, NUM_CLASSES, "logits", partitioner, near_weights=near_weights)
+    # Only the fully connected layers can run beside their weights: a convolution's activations outweigh its kernel.
+    net = tf.nn.relu(layers.dense(net, 256, "fc"))
+    return layers.dense(net, data.NUM_CLASSES, "logits")
 
 
-MODELS = {"softmax": softmax_regression, "mlp": mlp, "wide": wide, "cnn": cnn}
-assert tuple(MODELS) == MODEL_NAMES, "train_config.MODEL_NAMES must list the models"
+NETWORKS = {"softmax": softmax_regression, "mlp": mlp, "wide": wide, "cnn": cnn}
+assert tuple(NETWORKS) == MODEL_NAMES, "train_config.MODEL_NAMES must list the models"
 
 
-def build_model(name: str, images, partitioner=None, near_weights=False):
-    """Logits of the named model for a [batch, 784] float32 tensor (``near_weights``: see the module doc)."""
-    if name not in MODELS:
-        raise ConfigError(f"unknown model {name!r} (from --model); valid: {', '.join(MODELS)}")
-    if images.shape[-1] != IMAGE_PIXELS:
-        raise ValueError(f"model {name} expects {IMAGE_PIXELS} features, got {images.shape[-1]}")
-    return MODELS[name](images, partitioner=partitioner, near_weights=near_weights)
+def classifier_model_fn(features, labels, mode, params):
+    """A model_fn for 10-class MNIST over the network ``params["network"]`` names."""
+    images = features["image"]
+    if images.shape[-1] != data.IMAGE_PIXELS:
+        raise ConfigError(f"model {params['network']} expects {data.IMAGE_PIXELS} features, got {images.shape[-1]}")
+    logits = NETWORKS[params["network"]](images)
+    classes = tf.argmax(logits, 1)
+    predictions = {"classes": classes, "probabilities": tf.nn.softmax(logits)}
+    if mode == ModeKeys.PREDICT:
+        return ModelSpec(mode, predictions=predictions)
+    loss = tf.reduce_mean(tf.nn.sparse_softmax_cross_entropy_with_logits(labels=labels, logits=logits))
+    metrics = {"accuracy": tf.compat.v1.metrics.accuracy(labels, classes)} if mode == ModeKeys.EVAL else None
+    return ModelSpec(mode, loss=loss, predictions=predictions, eval_metric_ops=metrics)
+
+
+def definition(name: str, data_dir: str | None = None, *, seed: int = 0) -> ModelDefinition:
+    """Built-in model ``name`` on MNIST from ``data_dir`` (None: the embedded digits), loaded now."""
+    if name not in NETWORKS:
+        raise ConfigError(f"unknown model {name!r} (from --model); valid: {', '.join(NETWORKS)}")
+    splits = data.load_dataset(data_dir)
+    return ModelDefinition(
+        model_fn=classifier_model_fn,
+        input_fn=functools.partial(data.train_input_fn, splits, seed=seed),
+        eval_input_fn=functools.partial(data.eval_input_fn, splits),
+        params={"network": name},
+        name=name,
+        default_learning_rates={"sgd": SGD_LEARNING_RATES[name]},
+    )

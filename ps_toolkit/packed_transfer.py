@@ -10,8 +10,9 @@ the variables they update. The values and the update are those of plain SGD.
 
 Only variables up to ``PACK_LIMIT_BYTES`` are packed: a large matrix already
 amortises its RPC, and copying it into and out of a packed tensor costs more
-than it saves (measured on the 784x4096 matrix of the ``wide`` model: 34.4
-against 38.2 steps/s, docs/performance.md).
+than it saves (docs/performance.md). A large variable is not pulled at all:
+the model reads it in place, so an embedding lookup moves only the rows it
+gathers, and its gradient goes back as it comes (IndexedSlices for a lookup).
 
 Example (inside the replica's device scope, variables already created):
     loss, grads_and_vars = packed_transfer.loss_and_gradients(loss_fn, tf.compat.v1.trainable_variables())
@@ -28,16 +29,18 @@ import tensorflow as tf
 PACK_LIMIT_BYTES = 1 << 20
 
 
+def packs(variable) -> bool:
+    """Whether ``variable`` moves packed: small enough that its own RPC would cost more than its bytes."""
+    return variable.shape.num_elements() * variable.dtype.size <= PACK_LIMIT_BYTES
+
+
 def _groups(variables: Sequence[tf.Variable]) -> list[tuple[str, list]]:
-    """(device, variables) to move as one tensor: the small variables of each device together, large ones alone."""
+    """(device, variables) to move as one tensor: the small variables of each device together."""
     packed: dict[str, list] = {}
-    alone = []
     for variable in variables:
-        if variable.shape.num_elements() * variable.dtype.size > PACK_LIMIT_BYTES:
-            alone.append((variable.device, [variable]))
-        else:
+        if packs(variable):
             packed.setdefault(variable.device, []).append(variable)
-    return list(packed.items()) + alone
+    return list(packed.items())
 
 
 def _sizes(group: list) -> list[int]:
@@ -45,14 +48,10 @@ def _sizes(group: list) -> list[int]:
 
 
 def pull(variables: Sequence[tf.Variable]) -> dict[str, tf.Tensor]:
-    """Each variable's current value on this device, fetched as one tensor per ps; keyed by variable name."""
+    """The current value of each small variable on this device, fetched as one tensor per ps; keyed by name."""
     values = {}
     for device, group in _groups(variables):
         with tf.compat.v1.device(device):
-            if len(group) == 1:
-                # Read on its ps: a layer that runs beside its weights (layer_placement) finds it there.
-                values[group[0].name] = tf.identity(group[0].read_value())
-                continue
             flat = tf.concat([tf.reshape(v.read_value(), [-1]) for v in group], axis=0)
         for variable, piece in zip(group, tf.split(flat, _sizes(group)), strict=True):
             values[variable.name] = tf.reshape(piece, variable.shape)
@@ -60,22 +59,26 @@ def pull(variables: Sequence[tf.Variable]) -> dict[str, tf.Tensor]:
 
 
 def reading(values: dict[str, tf.Tensor]) -> Callable:
-    """A variable-scope custom getter that hands the model the pulled values instead of the variables."""
+    """A variable-scope custom getter that hands the model the pulled values of the variables pulled."""
 
     def custom_getter(getter, name, *args, **kwargs):  # TF passes these by keyword
         variable = getter(name, *args, **kwargs)
-        if variable.name in values:
-            return values[variable.name]
-        # A PartitionedVariable, split along axis 0 (placement.variable_partitioner): its parts were pulled.
-        return tf.concat([values[part.name] for part in variable], axis=0)
+        if isinstance(variable, tf.Variable):
+            return values.get(variable.name, variable)
+        # A PartitionedVariable (no tf.Variable): its parts, split along axis 0 by a partitioner.
+        parts = list(variable)
+        if all(part.name in values for part in parts):
+            return tf.concat([values[part.name] for part in parts], axis=0)
+        return variable
 
     return custom_getter
 
 
 def packed_gradients(gradients: Sequence[tf.Tensor], variables: Sequence[tf.Variable]) -> list[tuple]:
     """(gradient, variable) pairs for ``optimizer.apply_gradients``, each gradient sent packed and split on its ps."""
-    pairs = []
     by_name = {v.name: g for g, v in zip(gradients, variables, strict=True)}
+    # A large variable's gradient goes as it is: an embedding's stays IndexedSlices, its rows only.
+    pairs = [(by_name[v.name], v) for v in variables if not packs(v)]
     for device, group in _groups(variables):
         grads = [tf.convert_to_tensor(by_name[v.name]) for v in group]
         if len(group) == 1:
@@ -99,6 +102,6 @@ def loss_and_gradients(loss_fn: Callable, variables: Sequence[tf.Variable]) -> t
     """
     values = pull(variables)
     loss = loss_fn(reading(values))
-    gradients = tf.gradients(loss, [values[v.name] for v in variables])
+    gradients = tf.gradients(loss, [values.get(v.name, v) for v in variables])
     used = [(g, v) for g, v in zip(gradients, variables, strict=True) if g is not None]
     return loss, packed_gradients([g for g, _ in used], [v for _, v in used])

@@ -22,7 +22,7 @@ def device_setter(cluster: ClusterConfig, strategy: str = "round_robin", *, seed
 
     Example:
         with tf.compat.v1.device(device_setter(config, "greedy")):
-            logits = build_model(features)
+            logits = my_model(features)
 
     Args:
         cluster: The cluster and this task's place in it.

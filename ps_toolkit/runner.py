@@ -1,4 +1,4 @@
-"""Runs one task end to end: start its server, then serve (ps) or train (replica)."""
+"""Runs one task end to end: start its server, then serve (ps), train (chief, worker) or evaluate (evaluator)."""
 
 from __future__ import annotations
 
@@ -8,45 +8,80 @@ import logging
 import os
 import sys
 import time
+from collections.abc import Callable
 
 from ps_toolkit import server as server_lib
-from ps_toolkit.cluster import PS, ClusterConfig
-from ps_toolkit.data import load_dataset
+from ps_toolkit.cluster import EVALUATOR, PS, ClusterConfig
 from ps_toolkit.hooks import print_result
+from ps_toolkit.model_api import ModelDefinition
 from ps_toolkit.train_config import TrainConfig
 
 log = logging.getLogger(__name__)
 
 
-def run_server_task(cluster: ClusterConfig, config: TrainConfig, *, ps_orphan_timeout_secs: float) -> dict:
-    """Runs a ps or a training replica to its end and prints its result line."""
-    started = time.monotonic()
+def run_task(
+    cluster: ClusterConfig,
+    config: TrainConfig,
+    load_definition: Callable[[], ModelDefinition],
+    *,
+    ps_orphan_timeout_secs: float,
+) -> dict:
+    """Runs this task's role to its end and prints its result line; returns the result.
+
+    ``load_definition`` is called only by the tasks that build the model, and
+    before their server starts: a missing module, data set or a model_fn that
+    returns no loss is reported before anyone waits for this task.
+    """
     if cluster.task_type == PS:
-        server = server_lib.start_server(cluster)
-        finished = server_lib.serve_until_done(cluster, server, orphan_timeout_secs=ps_orphan_timeout_secs)
-        result = {
-            "job": cluster.task_type,
-            "task": cluster.task_index,
-            "replicas_done": len(finished),
-            "seconds": round(time.monotonic() - started, 3),
-        }
+        result = _serve(cluster, ps_orphan_timeout_secs)
     else:
-        # Data first: a missing or corrupt data set is reported before any server starts.
-        data = load_dataset(config.data_dir)
-        from ps_toolkit import checkpoints, training
+        definition = load_definition()
+        from ps_toolkit import model_check, placement
 
-        if cluster.is_chief:
-            checkpoints.prepare_checkpoint_dir(config.checkpoint_dir)
+        model_check.check_definition(definition, cluster, config)
+        partitioner = placement.variable_partitioner(cluster) if config.partition_variables else None
+        if cluster.task_type == EVALUATOR:
+            from ps_toolkit import evaluation
 
-        session_config = server_lib.session_config(cluster)
-        server = server_lib.start_server(cluster, session_config)
-        if cluster.is_chief:
-            write_run_record(config.checkpoint_dir, cluster, config)
-        result = training.train(cluster, server.target, config, data, session_config)
-        # Close the chief's summary writers now: nothing must depend on interpreter exit.
-        tf_summary_writers_flush()
-        server_lib.signal_done(cluster, server.target)
+            result = evaluation.evaluate_checkpoints(cluster, config, definition, partitioner)
+        else:
+            result = _train(cluster, config, definition, partitioner)
     print_result(result)
+    return result
+
+
+def _serve(cluster: ClusterConfig, ps_orphan_timeout_secs: float) -> dict:
+    started = time.monotonic()
+    server = server_lib.start_server(cluster)
+    finished = server_lib.serve_until_done(cluster, server, orphan_timeout_secs=ps_orphan_timeout_secs)
+    return {
+        "job": cluster.task_type,
+        "task": cluster.task_index,
+        "replicas_done": len(finished),
+        "seconds": round(time.monotonic() - started, 3),
+    }
+
+
+def _train(cluster: ClusterConfig, config: TrainConfig, definition: ModelDefinition, partitioner) -> dict:
+    from ps_toolkit import checkpoints, training
+
+    if cluster.is_chief:
+        checkpoints.prepare_checkpoint_dir(config.checkpoint_dir)
+    session_config = server_lib.session_config(cluster)
+    server = server_lib.start_server(cluster, session_config)
+    if cluster.is_chief:
+        write_run_record(config.checkpoint_dir, cluster, config, definition)
+    result = training.train(cluster, server.target, config, definition, session_config)
+    # Close the chief's summary writers now: nothing must depend on interpreter exit.
+    tf_summary_writers_flush()
+    server_lib.signal_done(cluster, server.target)
+    if cluster.is_chief and config.export_dir:
+        from ps_toolkit import export, input_pipeline
+
+        context = input_pipeline.input_context(cluster, config)
+        result["export_dir"] = export.export_saved_model(
+            definition, context, config.checkpoint_dir, config.export_dir, partitioner
+        )
     return result
 
 
@@ -56,24 +91,21 @@ def tf_summary_writers_flush() -> None:
     tf.compat.v1.summary.FileWriterCache.clear()
 
 
-def write_run_record(checkpoint_dir: str, cluster: ClusterConfig, config: TrainConfig) -> None:
+def write_run_record(checkpoint_dir: str, cluster: ClusterConfig, config: TrainConfig, definition) -> None:
     """The chief records the effective flags beside its checkpoints (flags.json)."""
     os.makedirs(checkpoint_dir, exist_ok=True)
     record = {
         "cluster": {job: list(hosts) for job, hosts in cluster.jobs.items()},
         "cluster_source": cluster.source,
         "train_config": dataclasses.asdict(config),
-        "effective_learning_rate": config.effective_learning_rate,
+        "model": definition.name,
+        "params": _jsonable(definition.params),
+        "effective_learning_rate": config.learning_rate_for(definition.default_learning_rates),
         "argv": sys.argv,
     }
     with open(os.path.join(checkpoint_dir, "flags.json"), "w", encoding="utf-8") as handle:
         json.dump(record, handle, indent=2, sort_keys=True)
 
 
-def run_evaluator(cluster: ClusterConfig, config: TrainConfig) -> dict:
-    """Evaluates every new checkpoint until the last training step."""
-    from ps_toolkit import evaluation
-
-    result = evaluation.evaluate_checkpoints(cluster, config, load_dataset(config.data_dir))
-    print_result(result)
-    return result
+def _jsonable(params) -> dict:
+    return json.loads(json.dumps(dict(params), default=repr))

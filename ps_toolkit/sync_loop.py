@@ -12,8 +12,10 @@ The aggregation is ``replica_tokens.PerReplicaSyncOptimizer``'s (TensorFlow's
 accumulators and chief update, a token queue per replica), built once,
 outside the loop. So staleness checks, backup replicas
 (``replicas_to_aggregate`` < replicas) and the chief's init ops are unchanged.
-Dense gradients only (the accumulators are built for dense ones): a sparse
-gradient or a variable without one is refused when the loop is built.
+The accumulators are built before the body, so the caller says which
+variables get sparse gradients (``sparse_names``: an embedding table's
+IndexedSlices, aggregated as a mean per row); a gradient of the other kind,
+or a variable without one, is refused when the loop is built.
 
 Why it cannot hang at the end: the loop also stops as soon as the global step
 reaches the last step, read on every iteration, so no replica asks for a
@@ -28,14 +30,20 @@ Example (inside the replica's device scope, the model's variables already create
 
 from __future__ import annotations
 
-import contextlib
-
 import tensorflow as tf
 
-from ps_toolkit.fast_path import MultiStep
+from ps_toolkit.fast_path import MultiStep, tf1_control_flow
 
 
-def multi_step(sync_optimizer, global_step, variables, loss_and_gradients, steps_per_run: int, last_step: int):
+def multi_step(
+    sync_optimizer,
+    global_step,
+    variables,
+    loss_and_gradients,
+    steps_per_run: int,
+    last_step: int,
+    sparse_names=frozenset(),
+):
     """Up to ``num_steps`` sync steps in one run, stopping early once ``global_step`` reaches ``last_step``.
 
     ``sync_optimizer`` is a ``replica_tokens.PerReplicaSyncOptimizer``;
@@ -47,13 +55,13 @@ def multi_step(sync_optimizer, global_step, variables, loss_and_gradients, steps
     if steps_per_run < 1:
         raise ValueError(f"steps per run must be at least 1, got {steps_per_run}")
     # Built once, outside the loop: the chief's queue runner takes from these accumulators.
-    sync_optimizer.build_aggregation(variables, global_step)
+    sync_optimizer.build_aggregation(variables, global_step, frozenset(sparse_names))
     accumulators = sync_optimizer.accumulators()
     num_steps = tf.compat.v1.placeholder_with_default(tf.constant(steps_per_run, tf.int32), [], name="steps_per_run")
 
     def body(i, _loss):
         loss, grads_and_vars = loss_and_gradients()
-        _check_every_variable_has_a_gradient(grads_and_vars, accumulators)
+        _check_every_variable_has_a_gradient(grads_and_vars, accumulators, frozenset(sparse_names))
         new_local_step = sync_optimizer.push_and_take_token(grads_and_vars)
         with tf.control_dependencies([new_local_step]):
             return i + 1, tf.cast(loss, tf.float32)
@@ -65,7 +73,7 @@ def multi_step(sync_optimizer, global_step, variables, loss_and_gradients, steps
 
     # TF1 control flow: the accumulators' handles are reference tensors, which a
     # TF2 (functional) loop cannot carry; a TF1 loop enters them as RefEnter.
-    with _tf1_control_flow():
+    with tf1_control_flow():
         steps_done, loss = tf.compat.v1.while_loop(
             keep_going,
             body,
@@ -79,28 +87,23 @@ def multi_step(sync_optimizer, global_step, variables, loss_and_gradients, steps
     return MultiStep(num_steps, loss, new_step, steps_done)
 
 
-def _check_every_variable_has_a_gradient(grads_and_vars, accumulators: dict) -> None:
+def _check_every_variable_has_a_gradient(grads_and_vars, accumulators: dict, sparse_names: frozenset) -> None:
     """The chief's queue runner takes a gradient from EVERY accumulator: one never fed would block it forever.
 
-    Sparse gradients are refused too: TensorFlow aggregates them in a sparse
-    accumulator (a mean per row); the loop's are built, before its body, dense.
+    Each gradient must also be of the kind its accumulator was built for
+    before the body: IndexedSlices for ``sparse_names``, dense for the rest.
     """
-    sparse = sorted(var.name for grad, var in grads_and_vars if isinstance(grad, tf.IndexedSlices))
-    if sparse:
-        raise ValueError(f"sync training in a loop takes dense gradients only; sparse for {', '.join(sparse)}")
+    wrong_kind = sorted(
+        var.name
+        for grad, var in grads_and_vars
+        if grad is not None and isinstance(grad, tf.IndexedSlices) != (var.name in sparse_names)
+    )
+    if wrong_kind:
+        raise ValueError(
+            f"sync training in a loop: the gradient of {', '.join(wrong_kind)} is not of the kind "
+            "(sparse or dense) declared when the loop was built"
+        )
     fed = {var.name for grad, var in grads_and_vars if grad is not None}
     starved = sorted(set(accumulators) - fed)
     if starved:
         raise ValueError(f"sync training needs a gradient for every variable passed; none for {', '.join(starved)}")
-
-
-@contextlib.contextmanager
-def _tf1_control_flow():
-    """Builds the loops made inside it with TF1 control flow; TensorFlow's switch is process-wide."""
-    was_v2 = tf.compat.v1.control_flow_v2_enabled()
-    tf.compat.v1.disable_control_flow_v2()
-    try:
-        yield
-    finally:
-        if was_v2:
-            tf.compat.v1.enable_control_flow_v2()

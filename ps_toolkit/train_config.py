@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import dataclasses
 
+from ps_toolkit import optimizers
 from ps_toolkit.cluster import ClusterConfig
 from ps_toolkit.errors import ConfigError
 
+# The built-in models (ps_toolkit.models), trained when no model_fn is given.
 MODEL_NAMES = ("softmax", "mlp", "wide", "cnn")
-# Learning rates that train each model well with plain SGD on MNIST-shaped data.
-DEFAULT_LEARNING_RATES = {"softmax": 0.5, "mlp": 0.1, "wide": 0.1, "cnn": 0.05}
 PLACEMENT_STRATEGIES = ("round_robin", "greedy", "random")
 # --compute_near_weights: which layers run on the ps holding their weights (layer_placement.py).
 NEAR_WEIGHTS_MODES = ("auto", "all", "none")
@@ -19,11 +19,14 @@ NEAR_WEIGHTS_MODES = ("auto", "all", "none")
 class TrainConfig:
     """What to train and how. ``validate`` checks it against a cluster."""
 
-    model: str = "softmax"
-    data_dir: str | None = None  # None: the embedded digits
+    model: str = "softmax"  # the built-in model the CLI trains when no --model_fn is given
+    data_dir: str | None = None  # the built-in models' MNIST folder; None: the embedded digits
     train_steps: int = 1000
     batch_size: int = 100
-    learning_rate: float | None = None  # None: the model's default
+    optimizer: str = "sgd"  # ps_toolkit.optimizers
+    learning_rate: float | None = None  # None: the model's default for the optimizer, else the optimizer's
+    export_dir: str | None = None  # where the chief writes a SavedModel of the PREDICT graph at the end
+    eval_steps: int | None = None  # batches per evaluation; None: the whole eval dataset
     sync_replicas: bool = False
     replicas_to_aggregate: int | None = None  # None: every replica
     checkpoint_dir: str | None = None
@@ -60,9 +63,11 @@ class TrainConfig:
         """Whether steps move parameters and gradients packed: not when every layer runs on the ps anyway."""
         return self.pack_transfers and self.compute_near_weights != "all"
 
-    @property
-    def effective_learning_rate(self) -> float:
-        return self.learning_rate if self.learning_rate is not None else DEFAULT_LEARNING_RATES[self.model]
+    def learning_rate_for(self, default_learning_rates) -> float:
+        """The learning rate: the one given, else the model's default for the optimizer, else the optimizer's."""
+        if self.learning_rate is not None:
+            return self.learning_rate
+        return default_learning_rates.get(self.optimizer, optimizers.DEFAULT_LEARNING_RATES[self.optimizer])
 
     def aggregate_count(self, cluster: ClusterConfig) -> int:
         return self.replicas_to_aggregate or cluster.num_replicas
@@ -71,11 +76,14 @@ class TrainConfig:
         """Raises ConfigError naming the first bad or contradictory setting."""
         if self.model not in MODEL_NAMES:
             raise ConfigError(f"unknown model {self.model!r} (from --model); valid: {', '.join(MODEL_NAMES)}")
+        optimizers.check_name(self.optimizer)
         for name in ("train_steps", "batch_size", "save_summaries_steps", "steps_per_run"):
             if getattr(self, name) <= 0:
                 raise ConfigError(f"--{name}={getattr(self, name)} must be positive")
         if self.learning_rate is not None and not self.learning_rate > 0:
             raise ConfigError(f"--learning_rate={self.learning_rate} must be positive")
+        if self.eval_steps is not None and self.eval_steps <= 0:
+            raise ConfigError(f"--eval_steps={self.eval_steps} must be positive")
         if self.save_checkpoint_steps is not None and self.save_checkpoint_steps <= 0:
             raise ConfigError(f"--save_checkpoint_steps={self.save_checkpoint_steps} must be positive")
         if self.replicas_to_aggregate is not None:

@@ -42,10 +42,12 @@ def run(cluster: ClusterConfig, config: TrainConfig) -> None:
     # in a flag is reported in milliseconds, not after a 3-second import.
     from ps_toolkit import runner
 
-    if cluster.task_type == "evaluator":
-        runner.run_evaluator(cluster, config)
-        return
-    runner.run_server_task(cluster, config, ps_orphan_timeout_secs=_PS_ORPHAN_TIMEOUT.value)
+    runner.run_task(
+        cluster,
+        config,
+        lambda: cli.model_definition_from_flags(config),
+        ps_orphan_timeout_secs=_PS_ORPHAN_TIMEOUT.value,
+    )
 
 
 def main(argv):
@@ -57,6 +59,7 @@ def main(argv):
         if config.checkpoint_dir is None:
             config = cli.with_checkpoint_dir(config, default_checkpoint_dir(cluster))
         config.validate(cluster)
+        cli.check_model_flags()
         preflight.check_task_can_start(cluster)
         logging.info("%s of %s; checkpoints in %s", cluster.device, cluster.source, config.checkpoint_dir)
         run(cluster, config)

@@ -3,6 +3,8 @@
 import os
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+# The legacy Keras, as the toolkit's scripts choose it: tf.compat.v1.layers needs it.
+os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")
 
 from absl import flags  # noqa: E402
 

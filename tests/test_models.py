@@ -2,9 +2,9 @@
 
 import tensorflow as tf
 
-from ps_toolkit import packed_transfer
+from ps_toolkit import layer_placement, packed_transfer
 from ps_toolkit.layer_placement import near_rule
-from ps_toolkit.models import build_model
+from ps_toolkit.models import NETWORKS
 
 
 def _devices_of(op_type: str, graph) -> set:
@@ -22,8 +22,12 @@ def _build(near_weights, model="mlp", packed=False):
             colocate = near_weights is not False
 
             def loss_fn(custom_getter=None):
-                with tf.compat.v1.variable_scope("model", reuse=tf.compat.v1.AUTO_REUSE, custom_getter=custom_getter):
-                    logits = build_model(model, images, near_weights=near_weights)
+                rule = near_weights if callable(near_weights) else lambda *_: near_weights
+                scope = tf.compat.v1.variable_scope(
+                    "model", reuse=tf.compat.v1.AUTO_REUSE, custom_getter=custom_getter
+                )
+                with scope, layer_placement.rule_in_effect(rule):
+                    logits = NETWORKS[model](images)
                 return tf.reduce_mean(tf.nn.sparse_softmax_cross_entropy_with_logits(labels=labels, logits=logits))
 
             if packed:

@@ -286,8 +286,8 @@ def test_sync_loop_refuses_a_variable_without_gradient():
             sync_loop.multi_step(optimizer, global_step, [used, unused], loss_and_gradients, 3, 10)
 
 
-def test_sync_loop_refuses_sparse_gradients():
-    """TensorFlow averages those per row in a sparse accumulator; the loop's are dense: refused, not averaged wrong."""
+def test_sync_loop_refuses_an_undeclared_sparse_gradient():
+    """Accumulators are built before the body: a sparse gradient declared dense is refused, not averaged wrong."""
     with tf.Graph().as_default():
         global_step = tf.compat.v1.train.get_or_create_global_step()
         table = tf.compat.v1.get_variable("table", initializer=[[1.0], [2.0]])
@@ -297,7 +297,7 @@ def test_sync_loop_refuses_sparse_gradients():
             rows = tf.gather(table.read_value(), [0])
             return tf.reduce_sum(rows), [(tf.IndexedSlices(tf.ones([1, 1]), tf.constant([0])), table)]
 
-        with pytest.raises(ValueError, match="dense gradients only; sparse for table:0"):
+        with pytest.raises(ValueError, match="gradient of table:0 is not of the kind"):
             sync_loop.multi_step(optimizer, global_step, [table], loss_and_gradients, 3, 10)
 
 

@@ -5,53 +5,52 @@ run would then train on one batch. The count here is of batches the input
 pipeline actually delivered, against the steps the replica took.
 """
 
+import dataclasses
+
 import pytest
 import tensorflow as tf
 
-from ps_toolkit import training
-from ps_toolkit.data import load_dataset
+from ps_toolkit import models, training
 from ps_toolkit.local_cluster import InProcessCluster
 from ps_toolkit.train_config import TrainConfig
 
 
-def _counting_input(delivered: list):
-    """training.make_train_input, with each delivered batch noted in ``delivered`` (the worker is in-process)."""
-    real = training.make_train_input
+def _counting(definition, delivered: list):
+    """The built-in definition, with each batch its input pipeline delivers noted in ``delivered``."""
 
-    def make(*args, **kwargs):
-        next_batch, hook = real(*args, **kwargs)
+    def input_fn(input_context):
+        def note(values):
+            delivered.append(len(values))
+            return values
 
-        def counted_next_batch():
-            images, labels = next_batch()
-
-            def note(values):
-                delivered.append(len(values))
-                return values
-
+        def counted(features, labels):
             noted = tf.numpy_function(note, [labels], labels.dtype, stateful=True)
             noted.set_shape(labels.shape)
-            return images, noted
+            return features, noted
 
-        return counted_next_batch, hook
+        return definition.input_fn(input_context).map(counted)
 
-    return make
+    return dataclasses.replace(definition, input_fn=input_fn)
 
 
 @pytest.mark.parametrize("sync", [False, True], ids=["async", "sync"])
-def test_each_step_of_a_run_takes_a_new_batch(tmp_path, monkeypatch, sync):
+def test_each_step_of_a_run_takes_a_new_batch(tmp_path, sync):
     delivered = []
-    monkeypatch.setattr(training, "make_train_input", _counting_input(delivered))
     config = TrainConfig(
         train_steps=40, steps_per_run=20, batch_size=32, sync_replicas=sync, checkpoint_dir=str(tmp_path)
     )
     with InProcessCluster(num_ps=1, num_workers=1) as cluster:
         result = training.train(
-            cluster.cluster_config("worker", 0), cluster.targets["worker"][0], config, load_dataset(None)
+            cluster.cluster_config("worker", 0),
+            cluster.targets["worker"][0],
+            config,
+            _counting(models.definition("softmax"), delivered),
         )
     assert result["global_step"] == 40
     assert result["local_steps"] >= 40
-    # One batch per step taken, not one per session.run (2 or 3 runs here).
-    assert len(delivered) == result["local_steps"], (len(delivered), result)
+    # Prefetching may take one batch ahead of the steps; never one per session.run (2 or 3 runs here).
+    assert result["local_steps"] <= len(delivered) <= result["local_steps"] + 3, (len(delivered), result)
     assert set(delivered) == {32}
     # The last run took steps: the loss reported is a real one (a run of no step reported 0.0).
     assert result["final_loss"] > 0
+    assert result["eval"]["accuracy"] > 0.5

@@ -21,8 +21,9 @@ from absl import app, flags
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", ".."))
 
-from ps_toolkit import cli  # noqa: E402
 from ps_toolkit.estimator import EvalSpec, RunConfig, TrainSpec, train_and_evaluate  # noqa: E402
+
+from ps_toolkit import cli  # noqa: E402
 
 _MODEL_DIR = flags.DEFINE_string("model_dir", None, "Shared model directory: checkpoints, summaries, eval/.")
 _MAX_STEPS = flags.DEFINE_integer("max_steps", 1000, "Global steps to train for.")

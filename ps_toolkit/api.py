@@ -1,0 +1,80 @@
+"""``ps_toolkit.train``: this task's role in a parameter-server job, for a model_fn and its input_fn.
+
+Every task of the job runs the same program; the cluster and this task's
+role come from the ``cluster`` argument or from ``TF_CONFIG``. A ps serves
+until every replica is done, the chief and the workers train, an evaluator
+evaluates each new checkpoint. Without either, the model trains in this
+process alone (one worker, no ps), as on a laptop.
+
+Example (every task runs this, with its own TF_CONFIG):
+
+    def model_fn(features, labels, mode, params):
+        logits = tf.compat.v1.layers.dense(features["x"], 2)
+        loss = tf.compat.v1.losses.sparse_softmax_cross_entropy(labels, logits)
+        return ps_toolkit.ModelSpec(mode, loss=loss, predictions={"logits": logits})
+
+    result = ps_toolkit.train(model_fn, input_fn, config=ps_toolkit.TrainConfig(
+        train_steps=1000, optimizer="adagrad", checkpoint_dir="/shared/run1"))
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from collections.abc import Callable, Mapping
+
+from ps_toolkit import cluster as cluster_lib
+from ps_toolkit.cluster import ClusterConfig
+from ps_toolkit.model_api import ModelDefinition
+from ps_toolkit.model_calls import function_name
+from ps_toolkit.train_config import TrainConfig
+
+
+def train(
+    model_fn: Callable,
+    input_fn: Callable,
+    config: TrainConfig | None = None,
+    cluster: ClusterConfig | None = None,
+    params: Mapping | None = None,
+    eval_input_fn: Callable | None = None,
+    *,
+    ps_orphan_timeout_secs: float = 300.0,
+) -> dict:
+    """Runs this task's role to its end and returns its result record (also printed as the last stdout line).
+
+    Raises:
+        ConfigError: a setting that does not fit the cluster, or a model that does not keep the contract.
+    """
+    config = config or TrainConfig()
+    cluster = cluster or _cluster_from_environment()
+    if config.checkpoint_dir is None and cluster.num_replicas + cluster.num_ps == 1:
+        config = _with_scratch_checkpoint_dir(config)
+    config.validate(cluster)
+    definition = ModelDefinition(
+        model_fn=model_fn,
+        input_fn=input_fn,
+        eval_input_fn=eval_input_fn,
+        params=dict(params or {}),
+        name=function_name(model_fn),
+    )
+    from ps_toolkit import runner  # TensorFlow only once the input is known to be good
+
+    return runner.run_task(cluster, config, lambda: definition, ps_orphan_timeout_secs=ps_orphan_timeout_secs)
+
+
+def _cluster_from_environment() -> ClusterConfig:
+    """TF_CONFIG's cluster, or a one-worker cluster on a free loopback port."""
+    tf_config = os.environ.get("TF_CONFIG", "")
+    if tf_config.strip():
+        return cluster_lib.resolve(tf_config=tf_config)
+    from ps_toolkit.ports import reserve_ports
+
+    with reserve_ports(1) as reservation:
+        port = reservation.ports[0]
+    return cluster_lib.resolve(worker_hosts=f"localhost:{port}", job_name="worker", task_index=0)
+
+
+def _with_scratch_checkpoint_dir(config: TrainConfig) -> TrainConfig:
+    import dataclasses
+
+    return dataclasses.replace(config, checkpoint_dir=tempfile.mkdtemp(prefix="ps_toolkit-train-"))

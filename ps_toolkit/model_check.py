@@ -1,0 +1,38 @@
+"""A model checked before its task's server starts: every function of the contract called once, in a scratch graph.
+
+A missing loss, a dataset of the wrong structure, a model_fn that raises:
+each is reported as one line while nobody waits for this task yet, instead
+of after the cluster has come up.
+"""
+
+from __future__ import annotations
+
+import tensorflow as tf
+
+from ps_toolkit import export, input_pipeline
+from ps_toolkit.cluster import EVALUATOR, ClusterConfig
+from ps_toolkit.errors import ConfigError
+from ps_toolkit.evaluation import build_eval_graph
+from ps_toolkit.model_api import ModeKeys, ModelDefinition
+from ps_toolkit.model_calls import call_input_fn, call_model_fn, function_name
+from ps_toolkit.train_config import TrainConfig
+
+
+def check_definition(definition: ModelDefinition, cluster: ClusterConfig, config: TrainConfig) -> None:
+    """Raises ConfigError naming the first part of ``definition`` that does not keep the contract."""
+    if cluster.task_type == EVALUATOR:
+        with tf.Graph().as_default():
+            build_eval_graph(definition)
+        return
+    context = input_pipeline.input_context(cluster, config)
+    with tf.Graph().as_default():
+        dataset = call_input_fn(definition.input_fn, function_name(definition.input_fn), context)
+        features, labels = tf.compat.v1.data.make_initializable_iterator(dataset).get_next()
+        spec = call_model_fn(definition, features, labels, ModeKeys.TRAIN)
+        if spec.train_op is None and spec.loss is None:
+            raise ConfigError(f"{definition.name} returned no loss in TRAIN mode")
+        if definition.eval_input_fn is not None:
+            build_eval_graph(definition, reuse=tf.compat.v1.AUTO_REUSE)
+    if cluster.is_chief and config.export_dir:
+        with tf.Graph().as_default():
+            export.predict_spec(definition, context)
