@@ -128,11 +128,17 @@ def _report(outcome, log_dir: str, console: Console) -> RunResult:
 
 
 def _scores(outputs: Mapping) -> str:
-    """The chief's final loss and test accuracy, when its last line reported them."""
+    """The chief's final loss and its evaluation's metrics, when its last line reported them."""
     for name in ("chief:0", "worker:0"):
         result = outputs[name].result if name in outputs else None
         if result:
-            parts = [f"{key} {result[key]:.4g}" for key in ("final_loss", "test_accuracy") if key in result]
+            scores = {"final_loss": result.get("final_loss")}
+            eval_metrics = result.get("eval")
+            if isinstance(eval_metrics, dict):
+                scores.update({f"eval {key}": value for key, value in eval_metrics.items()})
+            else:
+                scores["test_accuracy"] = result.get("test_accuracy")
+            parts = [f"{key} {value:.4g}" for key, value in scores.items() if isinstance(value, int | float)]
             return f" ({', '.join(parts)})" if parts else ""
     return ""
 

@@ -27,7 +27,7 @@ from absl import app, flags
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from ps_toolkit import launcher, netns  # noqa: E402
+from ps_toolkit import cli, launcher, netns  # noqa: E402
 from ps_toolkit.drills import parse_kill  # noqa: E402
 from ps_toolkit.errors import EXIT_CONFIG, ConfigError  # noqa: E402
 from ps_toolkit.supervisor import RESTART_POLICIES, SUCCESS_POLICIES, Policy  # noqa: E402
@@ -64,6 +64,13 @@ _ISOLATION = flags.DEFINE_enum(
 
 # Passed through to scripts/run_task.py, only when given.
 _TRAIN_FLAGS = {
+    "model_fn": flags.DEFINE_string("model_fn", None, "run_task.py --model_fn=MODULE:FUNCTION (your model)."),
+    "input_fn": flags.DEFINE_string("input_fn", None, "run_task.py --input_fn=MODULE:FUNCTION."),
+    "eval_input_fn": flags.DEFINE_string("eval_input_fn", None, "run_task.py --eval_input_fn=MODULE:FUNCTION."),
+    "params": flags.DEFINE_string("params", None, "run_task.py --params (JSON object for model_fn)."),
+    "optimizer": flags.DEFINE_string("optimizer", None, "run_task.py --optimizer."),
+    "eval_steps": flags.DEFINE_integer("eval_steps", None, "run_task.py --eval_steps."),
+    "export_dir": flags.DEFINE_string("export_dir", None, "run_task.py --export_dir (SavedModel at the end)."),
     "model": flags.DEFINE_string("model", None, "run_task.py --model."),
     "data_dir": flags.DEFINE_string("data_dir", None, "run_task.py --data_dir."),
     "train_steps": flags.DEFINE_integer("train_steps", None, "run_task.py --train_steps."),
@@ -108,6 +115,8 @@ def _options(command: list[str]) -> launcher.LaunchOptions:
         raise ConfigError(
             f"--{given[0]} is a scripts/run_task.py flag; with a command after --, give it to the command"
         )
+    # A model the tasks could not find is refused here, before any task starts.
+    cli.check_model_flags()
     hosts = {job: holder.value for job, holder in _HOSTS.items()}
     counts_given = [n for n in ("num_ps", "num_workers", "chief", "evaluator") if flags.FLAGS[n].present]
     if any(hosts.values()):

@@ -138,3 +138,37 @@ def test_corrupted_checkpoints_are_refused_and_left_untouched(tmp_path):
     outcome = run_tasks({"chief": python_command(RUN_TASK, *args)}, timeout=90)["chief"]
     assert_clean_failure(outcome, "holds checkpoints but none is readable")
     assert {p.name: p.read_bytes() for p in ckpt.iterdir()} == before
+
+
+# --model_fn and friends: the user's module is found on PYTHONPATH (tests/user_models/clicks.py).
+USER_MODELS = {"PYTHONPATH": os.path.join(os.path.dirname(os.path.abspath(__file__)), "user_models")}
+CLICKS = ["--input_fn=clicks:input_fn"]
+MODEL_FN_CASES = {
+    "no such module": (["--model_fn=nosuch:model_fn"] + CLICKS, "no module named 'nosuch'"),
+    "no such function": (["--model_fn=clicks:nope"] + CLICKS, "defines no 'nope'"),
+    "not module:function": (["--model_fn=clicks"] + CLICKS, "--model_fn='clicks' is not MODULE:FUNCTION"),
+    "model_fn without input_fn": (["--model_fn=clicks:model_fn"], "needs --input_fn"),
+    "input_fn without model_fn": (CLICKS, "--input_fn needs --model_fn"),
+    "model and model_fn": (["--model=mlp", "--model_fn=clicks:model_fn"] + CLICKS, "give one"),
+    "params not json": (["--model_fn=clicks:model_fn", "--params={vocab: 1}"] + CLICKS, "--params='{vocab: 1}' is not"),
+    "params not an object": (["--model_fn=clicks:model_fn", "--params=[1]"] + CLICKS, "must be a JSON object"),
+    "unknown optimizer": (["--optimizer=lbfgs"], "--optimizer"),
+    "no loss in train mode": (
+        ["--model_fn=clicks:model_fn_without_loss"] + CLICKS,
+        "clicks:model_fn_without_loss returned no loss in TRAIN mode",
+    ),
+    "dataset without labels": (
+        ["--model_fn=clicks:model_fn", "--input_fn=clicks:input_fn_without_labels"],
+        "clicks:input_fn_without_labels yields {'ids'",
+    ),
+}
+
+
+@pytest.mark.parametrize("case", sorted(MODEL_FN_CASES))
+def test_bad_model_fn_input_is_one_line_and_exit_2(case, tmp_path):
+    """Reported before this task's server starts: the chief (worker 0) never creates its checkpoint dir."""
+    args, expected = MODEL_FN_CASES[case]
+    args = OK_HOSTS + ["--job_name=worker", "--task_index=0", f"--checkpoint_dir={tmp_path}/ckpt", *args]
+    outcome = run_tasks({case: python_command(RUN_TASK, *args)}, timeout=90, env=USER_MODELS)[case]
+    assert_clean_failure(outcome, expected)
+    assert not os.path.exists(tmp_path / "ckpt"), outcome.describe()

@@ -23,9 +23,7 @@ def _build(near_weights, model="mlp", packed=False):
 
             def loss_fn(custom_getter=None):
                 rule = near_weights if callable(near_weights) else lambda *_: near_weights
-                scope = tf.compat.v1.variable_scope(
-                    "model", reuse=tf.compat.v1.AUTO_REUSE, custom_getter=custom_getter
-                )
+                scope = tf.compat.v1.variable_scope("model", reuse=tf.compat.v1.AUTO_REUSE, custom_getter=custom_getter)
                 with scope, layer_placement.rule_in_effect(rule):
                     logits = NETWORKS[model](images)
                 return tf.reduce_mean(tf.nn.sparse_softmax_cross_entropy_with_logits(labels=labels, logits=logits))
