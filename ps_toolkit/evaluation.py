@@ -55,7 +55,7 @@ class EvalGraph:
 def build_eval_graph(definition: ModelDefinition, partitioner=None, reuse=None) -> EvalGraph:
     """The model in EVAL mode on the eval_input_fn's dataset, in the default graph and device scope."""
     name = function_name(definition.eval_input_fn)
-    dataset = call_input_fn(definition.eval_input_fn, name)
+    dataset = call_input_fn(definition.eval_input_fn, name, params=definition.params)
     iterator = tf.compat.v1.data.make_initializable_iterator(dataset)
     features, labels = iterator.get_next()
     graph = tf.compat.v1.get_default_graph()

@@ -45,7 +45,9 @@ def export_saved_model(
 
 def predict_spec(definition: ModelDefinition, input_context, partitioner=None) -> tuple[dict, object]:
     """(placeholders by feature name, ModelSpec) of the model in PREDICT mode, in the default graph."""
-    feature_spec = call_input_fn(definition.input_fn, function_name(definition.input_fn), input_context).element_spec[0]
+    feature_spec = call_input_fn(
+        definition.input_fn, function_name(definition.input_fn), input_context, definition.params
+    ).element_spec[0]
     inputs = _placeholders(feature_spec)
     features = inputs["features"] if isinstance(feature_spec, tf.TensorSpec) else inputs
     return inputs, call_model_fn(definition, features, None, ModeKeys.PREDICT, partitioner=partitioner)

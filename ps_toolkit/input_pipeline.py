@@ -37,7 +37,12 @@ def train_batches(cluster: ClusterConfig, config: TrainConfig, definition: Model
     would enter it as a constant, and every step of a run would train on one batch.
     """
     with tf.compat.v1.device(cluster.device):
-        dataset = call_input_fn(definition.input_fn, function_name(definition.input_fn), input_context(cluster, config))
+        dataset = call_input_fn(
+            definition.input_fn,
+            function_name(definition.input_fn),
+            input_context(cluster, config),
+            definition.params,
+        )
         iterator = tf.compat.v1.data.make_initializable_iterator(dataset)
 
     def next_batch():

@@ -107,13 +107,26 @@ def check_spec(spec: ModelSpec, mode: str, name: str) -> None:
             raise ConfigError(f"{name}: eval_metric_ops[{metric!r}] is not a (value, update_op) pair")
 
 
-def call_input_fn(input_fn, name: str, input_context: InputContext | None = None) -> tf.data.Dataset:
-    """The input_fn's dataset, checked to yield ``(features, labels)``; ``input_context`` for training inputs."""
+def call_input_fn(input_fn, name: str, input_context: InputContext | None = None, params=None) -> tf.data.Dataset:
+    """The input_fn's dataset, checked to yield ``(features, labels)``.
+
+    A training input_fn gets ``input_context`` (as its first argument, or by
+    that name); any input_fn with a ``params`` argument gets the model's params.
+    """
     try:
-        takes_argument = bool(inspect.signature(input_fn).parameters)
+        parameters = inspect.signature(input_fn).parameters
     except (TypeError, ValueError):
-        takes_argument = True
-    dataset = input_fn(input_context) if input_context is not None and takes_argument else input_fn()
+        parameters = {}
+    args, kwargs = [], {}
+    if "params" in parameters:
+        kwargs["params"] = dict(params or {})
+    if "input_context" in parameters:
+        kwargs["input_context"] = input_context
+    elif input_context is not None and any(
+        p.name != "params" and p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD) for p in parameters.values()
+    ):
+        args.append(input_context)
+    dataset = input_fn(*args, **kwargs)
     if not isinstance(dataset, tf.data.Dataset):
         raise ConfigError(f"{name} returned {type(dataset).__name__}, not a tf.data.Dataset of (features, labels)")
     spec = dataset.element_spec

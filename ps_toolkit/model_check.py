@@ -26,7 +26,7 @@ def check_definition(definition: ModelDefinition, cluster: ClusterConfig, config
         return
     context = input_pipeline.input_context(cluster, config)
     with tf.Graph().as_default():
-        dataset = call_input_fn(definition.input_fn, function_name(definition.input_fn), context)
+        dataset = call_input_fn(definition.input_fn, function_name(definition.input_fn), context, definition.params)
         features, labels = tf.compat.v1.data.make_initializable_iterator(dataset).get_next()
         spec = call_model_fn(definition, features, labels, ModeKeys.TRAIN)
         if spec.train_op is None and spec.loss is None:
