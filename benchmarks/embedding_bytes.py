@@ -16,6 +16,7 @@ import tempfile
 
 from absl import app, flags
 
+from benchmarks.synthetic import EMBEDDING
 from ps_toolkit import netns
 
 _STEPS = flags.DEFINE_integer("steps", 200, "Global steps per mode, the first fifth not counted.")
@@ -42,7 +43,7 @@ def measure(mode: dict, steps: int) -> dict:
     config = TrainConfig(
         train_steps=steps,
         batch_size=embedding_model.BATCH_SIZE,
-        optimizer="adagrad",
+        optimizer=embedding_model.OPTIMIZER,
         learning_rate=embedding_model.LEARNING_RATE,
         checkpoint_dir=tempfile.mkdtemp(prefix="ps_toolkit-bytes-"),
         save_checkpoint_steps=10 * steps,
@@ -60,7 +61,7 @@ def measure(mode: dict, steps: int) -> dict:
     start = next(s for s in samples if s[0] >= steps // 5)
     end = samples[-1]
     per_step = (end[1] - start[1]) / max(end[0] - start[0], 1)
-    touched = embedding_model.touched_bytes_per_step()
+    touched = EMBEDDING.bytes_per_step
     return {
         "mode": mode,
         "bytes_per_step": round(per_step),

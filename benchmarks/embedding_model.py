@@ -12,9 +12,12 @@ import numpy as np
 import tensorflow as tf
 
 import ps_toolkit
+from benchmarks.synthetic import EMBEDDING
 
-VOCAB, DIM, IDS_PER_EXAMPLE, BATCH_SIZE = 1_000_000, 32, 20, 512
-LEARNING_RATE = 0.1
+VOCAB, DIM, IDS_PER_EXAMPLE = EMBEDDING.vocab, EMBEDDING.dim, EMBEDDING.ids_per_example
+BATCH_SIZE, LEARNING_RATE = EMBEDDING.batch_size, EMBEDDING.learning_rate
+# Plain SGD in every benchmarked system: TF2's strategy has no TF1 optimizer to share.
+OPTIMIZER = "sgd"
 NUM_EXAMPLES = 1 << 15
 
 
@@ -59,10 +62,11 @@ def model_fn(features, labels, mode, params):
     if mode == ps_toolkit.ModeKeys.PREDICT:
         return ps_toolkit.ModelSpec(mode, predictions={"probability": probability})
     loss = tf.reduce_mean(tf.nn.sigmoid_cross_entropy_with_logits(labels=tf.cast(labels, tf.float32), logits=logits))
-    metrics = {"auc": tf.compat.v1.metrics.auc(labels, probability)} if mode == ps_toolkit.ModeKeys.EVAL else None
+    metrics = None
+    if mode == ps_toolkit.ModeKeys.EVAL:
+        clicked = tf.cast(probability > 0.5, tf.int64)
+        metrics = {
+            "auc": tf.compat.v1.metrics.auc(labels, probability),
+            "accuracy": tf.compat.v1.metrics.accuracy(labels, clicked),
+        }
     return ps_toolkit.ModelSpec(mode, loss=loss, eval_metric_ops=metrics)
-
-
-def touched_bytes_per_step(batch_size: int = BATCH_SIZE) -> int:
-    """The rows a step must move: its looked-up rows to the worker and their gradient back (float32)."""
-    return 2 * batch_size * IDS_PER_EXAMPLE * DIM * 4

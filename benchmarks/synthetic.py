@@ -37,10 +37,30 @@ class ModelSpec:
         return 2 * 4 * self.num_params
 
 
+@dataclasses.dataclass(frozen=True)
+class EmbeddingSpec:
+    """The embedding model (benchmarks.embedding_model): a vocab x dim table, ids_per_example lookups per example."""
+
+    name: str
+    batch_size: int
+    learning_rate: float
+    vocab: int
+    dim: int
+    ids_per_example: int
+
+    @property
+    def bytes_per_step(self) -> int:
+        """float32 bytes one step must move: the rows it looks up, and their gradient back."""
+        return 2 * 4 * self.batch_size * self.ids_per_example * self.dim
+
+
+EMBEDDING = EmbeddingSpec("embedding", batch_size=512, learning_rate=1.0, vocab=1_000_000, dim=32, ids_per_example=20)
+
 MODELS = {
     "softmax": ModelSpec("softmax", 100, 0.5, (NUM_CLASSES,)),
     "mlp": ModelSpec("mlp", 128, 0.1, (256, 256, NUM_CLASSES)),
     "wide": ModelSpec("wide", 128, 0.1, (4096, NUM_CLASSES)),
+    "embedding": EMBEDDING,
 }
 
 

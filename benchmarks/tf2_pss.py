@@ -16,7 +16,7 @@ from benchmarks.synthetic import MODELS, make_data
 _CHIEF_HOST = flags.DEFINE_string("chief_host", "", "The coordinator's address.")
 
 
-def _cluster_spec() -> tf.train.ClusterSpec:
+def cluster_spec() -> tf.train.ClusterSpec:
     return tf.train.ClusterSpec(
         {
             "chief": [_CHIEF_HOST.value],
@@ -26,9 +26,9 @@ def _cluster_spec() -> tf.train.ClusterSpec:
     )
 
 
-def _serve() -> None:
+def serve() -> None:
     server = tf.distribute.Server(
-        _cluster_spec(), job_name=task_flags.JOB_NAME.value, task_index=task_flags.TASK_INDEX.value, protocol="grpc"
+        cluster_spec(), job_name=task_flags.JOB_NAME.value, task_index=task_flags.TASK_INDEX.value, protocol="grpc"
     )
     server.join()
 
@@ -37,7 +37,7 @@ def _coordinate() -> None:
     spec = MODELS[task_flags.MODEL.value]
     data = make_data()
     resolver = tf.distribute.cluster_resolver.SimpleClusterResolver(
-        _cluster_spec(), task_type="chief", task_id=0, rpc_layer="grpc"
+        cluster_spec(), task_type="chief", task_id=0, rpc_layer="grpc"
     )
     strategy = tf.distribute.experimental.ParameterServerStrategy(resolver)
     coordinator = tf.distribute.experimental.coordinator.ClusterCoordinator(strategy)
@@ -104,7 +104,7 @@ def main(_):
     if task_flags.JOB_NAME.value == "chief":
         _coordinate()
     else:
-        _serve()
+        serve()
 
 
 if __name__ == "__main__":
