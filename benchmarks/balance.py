@@ -34,8 +34,10 @@ def balance(model: str, num_ps: int, strategy: str, partition: bool = False) -> 
 
 
 def balance_table(models, num_ps: int = 2) -> list[dict]:
+    """The dense models' placement (the embedding model's table is split by its own partitioner)."""
     return [
         balance(m, num_ps, s, p)
         for m in models
+        if m in NETWORKS
         for s, p in (("round_robin", False), ("greedy", False), ("round_robin", True))
     ]

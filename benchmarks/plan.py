@@ -4,9 +4,11 @@ from __future__ import annotations
 
 from benchmarks.systems import ASYNC, RAW, SINGLE, SYNC, TF2, TOOLKIT, TOOLKIT_1STEP, TOOLKIT_NEAR, Config
 
-MODEL_NAMES = ("softmax", "mlp", "wide")
+MODEL_NAMES = ("softmax", "mlp", "wide", "embedding")
 # Global steps per run: a few seconds of training each on a 2-core machine.
-TRAIN_STEPS = {"softmax": 3000, "mlp": 1500, "wide": 300}
+TRAIN_STEPS = {"softmax": 3000, "mlp": 1500, "wide": 300, "embedding": 600}
+# The embedding model's table is stated split over 2 ps (benchmarks/embedding_model.py).
+EMBEDDING_TOPOLOGY = (2, 2)
 TOPOLOGIES = ((1, 1), (1, 2), (2, 2))
 # Where --compute_near_weights can pay: weights larger than a batch of inputs
 # (softmax's 784x10 weights are 1/13 of a 100-image batch: nothing to save).
@@ -16,15 +18,22 @@ NEAR_WEIGHTS_MODELS = ("mlp", "wide")
 def quick(models=MODEL_NAMES, steps_scale: float = 1.0) -> list[Config]:
     """The configurations the targets are stated for (1 ps + 2 workers), plus mlp sync and one step per run."""
     configs = []
-    for model in models:
+    dense = [model for model in models if model != "embedding"]
+    for model in dense:
         steps = _steps(model, steps_scale)
         configs += [Config(s, model, ASYNC, 1, 2, steps) for s in (TOOLKIT, RAW, TF2)]
         if model in NEAR_WEIGHTS_MODELS:
             configs.append(Config(TOOLKIT_NEAR, model, ASYNC, 1, 2, steps))
         configs.append(Config(SINGLE, model, ASYNC, 0, 1, steps))
-    mlp = "mlp" if "mlp" in models else models[0]  # the model the 50%-of-single target is stated for
-    configs += [Config(TOOLKIT_1STEP, mlp, ASYNC, 1, 2, _steps(mlp, steps_scale))]
-    configs += [Config(s, mlp, SYNC, 1, 2, _steps(mlp, steps_scale) // 2) for s in (TOOLKIT, RAW, TOOLKIT_1STEP)]
+    if dense:
+        mlp = "mlp" if "mlp" in dense else dense[0]  # the model the 50%-of-single target is stated for
+        configs += [Config(TOOLKIT_1STEP, mlp, ASYNC, 1, 2, _steps(mlp, steps_scale))]
+        configs += [Config(s, mlp, SYNC, 1, 2, _steps(mlp, steps_scale) // 2) for s in (TOOLKIT, RAW, TOOLKIT_1STEP)]
+    if "embedding" in models:
+        configs += [
+            Config(s, "embedding", ASYNC, *EMBEDDING_TOPOLOGY, _steps("embedding", steps_scale))
+            for s in (TOOLKIT, RAW, TF2)
+        ]
     return configs
 
 
@@ -33,6 +42,10 @@ def full(models=MODEL_NAMES, steps_scale: float = 1.0) -> list[Config]:
     configs = []
     for model in models:
         steps = _steps(model, steps_scale)
+        if model == "embedding":
+            configs += [Config(s, model, ASYNC, *EMBEDDING_TOPOLOGY, steps) for s in (TOOLKIT, RAW, TF2)]
+            configs += [Config(s, model, SYNC, *EMBEDDING_TOPOLOGY, steps // 2) for s in (TOOLKIT, RAW)]
+            continue
         for num_ps, num_workers in TOPOLOGIES:
             for mode in (ASYNC, SYNC):
                 mode_steps = steps if mode == ASYNC else steps // 2

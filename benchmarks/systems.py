@@ -5,7 +5,7 @@ from __future__ import annotations
 import dataclasses
 
 from benchmarks.cluster_run import Task
-from benchmarks.synthetic import MODELS
+from benchmarks.synthetic import EMBEDDING, MODELS
 
 TOOLKIT, TOOLKIT_1STEP, TOOLKIT_NEAR = "ps_toolkit", "ps_toolkit_1step", "ps_toolkit_near"
 RAW, TF2, SINGLE = "raw_tf1", "tf2_pss", "single_process"
@@ -69,13 +69,17 @@ def tasks(config: Config, ports: list[int], checkpoint_dir: str, data_dir: str) 
     if config.system == TF2:
         return _tf2_tasks(config, common + [f"--chief_host={addresses[-1]}"])
     if config.system == RAW:
-        common = ["-m", "benchmarks.raw_tf1_between_graph", *common, f"--checkpoint_dir={checkpoint_dir}"]
+        script = (
+            "benchmarks.raw_tf1_embedding" if config.model == EMBEDDING.name else "benchmarks.raw_tf1_between_graph"
+        )
+        common = ["-m", script, *common, f"--checkpoint_dir={checkpoint_dir}"]
         common += [f"--warmup_steps={config.train_steps // 5}", f"--train_steps={RAW_UNBOUNDED_STEPS}"]
     else:
         spec = MODELS[config.model]
-        common = ["-m", "benchmarks.toolkit_task", *common, f"--checkpoint_dir={checkpoint_dir}"]
+        common = ["-m", "benchmarks.toolkit_task", *_toolkit_model_flags(config.model, data_dir), *common[1:]]
+        common.append(f"--checkpoint_dir={checkpoint_dir}")
         # The benchmark's batch size and learning rate, as the raw script uses; the rest: run_task.py's defaults.
-        common += [f"--data_dir={data_dir}", f"--batch_size={spec.batch_size}", f"--learning_rate={spec.learning_rate}"]
+        common += [f"--batch_size={spec.batch_size}", f"--learning_rate={spec.learning_rate}"]
         common += list(TOOLKIT_FLAGS[config.system])
     common += list(config.extra_flags)
     result = [
@@ -89,8 +93,17 @@ def tasks(config: Config, ports: list[int], checkpoint_dir: str, data_dir: str) 
     return result
 
 
+def _toolkit_model_flags(model: str, data_dir: str) -> list[str]:
+    """How run_task.py is told the model: a built-in on the IDX files, or the embedding model's model_fn."""
+    if model != EMBEDDING.name:
+        return [f"--model={model}", f"--data_dir={data_dir}"]
+    functions = ("model_fn", "input_fn", "eval_input_fn")
+    return [f"--{name}=benchmarks.embedding_model:{name}" for name in functions] + ["--optimizer=sgd"]
+
+
 def _tf2_tasks(config: Config, common: list) -> list[Task]:
-    base = ["-m", "benchmarks.tf2_pss", *common]
+    script = "benchmarks.tf2_pss_embedding" if config.model == EMBEDDING.name else "benchmarks.tf2_pss"
+    base = ["-m", script, *common]
     servers = [
         Task(f"{job}{i}", [*base, f"--job_name={job}", f"--task_index={i}"], must_finish=False)
         for job, count in (("ps", config.num_ps), ("worker", config.num_workers))

@@ -157,6 +157,17 @@ def test_toolkit_tasks_are_run_task_with_its_defaults():
     assert "--sync_replicas" in sync[2].argv
 
 
+def test_embedding_model_tasks_use_each_systems_own_script():
+    config = systems.Config(systems.TOOLKIT, "embedding", systems.ASYNC, 2, 2, 100)
+    toolkit = systems.tasks(config, [1, 2, 3, 4], "/c", "/d")[2].argv
+    assert "--model_fn=benchmarks.embedding_model:model_fn" in toolkit and "--optimizer=sgd" in toolkit
+    assert not [a for a in toolkit if a.startswith(("--model=", "--data_dir="))], toolkit
+    raw = systems.tasks(dataclasses.replace(config, system=systems.RAW), [1, 2, 3, 4], "/c", "/d")[2].argv
+    assert raw[:2] == ["-m", "benchmarks.raw_tf1_embedding"], raw
+    tf2 = systems.tasks(dataclasses.replace(config, system=systems.TF2), [1, 2, 3, 4, 5], "/c", "/d")[-1].argv
+    assert tf2[:2] == ["-m", "benchmarks.tf2_pss_embedding"], tf2
+
+
 def test_timed_train_prints_the_harness_markers(capsys):
     seen = []
 
@@ -225,8 +236,9 @@ def test_run_once_holds_its_ports_until_the_cluster_has_ended(monkeypatch, tmp_p
 def test_quick_plan_covers_every_target():
     configs = plan.quick()
     for model in plan.MODEL_NAMES:
+        num_ps, num_workers = plan.EMBEDDING_TOPOLOGY if model == "embedding" else (1, 2)
         for system in (systems.TOOLKIT, systems.RAW, systems.TF2):
-            assert systems.Config(system, model, "async", 1, 2, plan.TRAIN_STEPS[model]) in configs
+            assert systems.Config(system, model, "async", num_ps, num_workers, plan.TRAIN_STEPS[model]) in configs
     for system in (systems.TOOLKIT, systems.RAW, systems.TOOLKIT_1STEP):
         assert systems.Config(system, "mlp", "sync", 1, 2, plan.TRAIN_STEPS["mlp"] // 2) in configs
     assert systems.Config(systems.TOOLKIT_1STEP, "mlp", "async", 1, 2, plan.TRAIN_STEPS["mlp"]) in configs
