@@ -12,11 +12,10 @@ import dataclasses
 import os
 import signal
 import socket
-import tempfile
 import threading
 from collections.abc import Mapping
 
-from ps_toolkit import charts
+from ps_toolkit import charts, paths
 from ps_toolkit.errors import EXIT_PORT_IN_USE, ConfigError
 from ps_toolkit.ports import reserve_ports
 from ps_toolkit.status import Console, summary_table
@@ -74,11 +73,15 @@ class RunResult:
 
 
 def make_run_dir(log_dir: str | None) -> str:
-    """The run folder: ``log_dir`` (created if needed) or a fresh temporary one."""
+    """The run folder: ``log_dir`` (created if needed) or a fresh one under this user's
+    private ``runs/`` folder, where only the newest ``paths.KEEP_RUNS`` are kept."""
     if log_dir:
-        os.makedirs(log_dir, exist_ok=True)
+        try:
+            os.makedirs(log_dir, exist_ok=True)
+        except OSError as err:
+            raise ConfigError(f"--log_dir={log_dir}: cannot create it: {err.strerror}") from None
         return os.path.abspath(log_dir)
-    return tempfile.mkdtemp(prefix="ps_toolkit_run_")
+    return paths.new_run_dir("run")
 
 
 def launch(options: LaunchOptions, console: Console | None = None) -> RunResult:
@@ -108,7 +111,10 @@ def launch(options: LaunchOptions, console: Console | None = None) -> RunResult:
         else:
             outcome.message += f"; gave up after {options.port_attempts} attempts"
             outcome.exit_code = EXIT_PORT_IN_USE
-    return _report(outcome, log_dir, console)
+    try:
+        return _report(outcome, log_dir, console)
+    finally:
+        paths.release_run_dir(log_dir)
 
 
 def _report(outcome, log_dir: str, console: Console) -> RunResult:

@@ -13,11 +13,10 @@ import os
 import selectors
 import signal
 import subprocess
-import tempfile
 import time
 from collections.abc import Mapping, Sequence
 
-from ps_toolkit import processes
+from ps_toolkit import paths, processes
 from ps_toolkit.cluster import EVALUATOR, ClusterConfig
 from ps_toolkit.ports import reserve_ports
 from ps_toolkit.task_plan import TaskPlan, Topology, default_command, plan_tasks, task_env
@@ -74,7 +73,7 @@ class LocalCluster:
     # Life cycle.
     def start(self) -> LocalCluster:
         """Reserves ports and starts every task, parameter servers first."""
-        self.log_dir = self._log_dir or tempfile.mkdtemp(prefix="ps_toolkit_cluster_")
+        self.log_dir = self._log_dir or paths.new_run_dir("cluster")
         os.makedirs(self.log_dir, exist_ok=True)
         self._reservation = reserve_ports(self._topology.num_tasks)
         jobs = self._topology.jobs_for_ports(self._reservation.ports)
@@ -94,6 +93,7 @@ class LocalCluster:
         if self._reservation is not None:
             self._reservation.release()
             self._reservation = None
+        paths.release_run_dir(getattr(self, "log_dir", None))
 
     def __enter__(self) -> LocalCluster:
         return self.start()

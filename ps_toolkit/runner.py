@@ -9,6 +9,7 @@ import os
 import sys
 import time
 
+from ps_toolkit import paths
 from ps_toolkit import server as server_lib
 from ps_toolkit.cluster import PS, ClusterConfig
 from ps_toolkit.data import load_dataset
@@ -66,8 +67,8 @@ def write_run_record(checkpoint_dir: str, cluster: ClusterConfig, config: TrainC
         "effective_learning_rate": config.effective_learning_rate,
         "argv": sys.argv,
     }
-    with open(os.path.join(checkpoint_dir, "flags.json"), "w", encoding="utf-8") as handle:
-        json.dump(record, handle, indent=2, sort_keys=True)
+    # Not through a symbolic link someone planted in the folder (paths.write_file_nofollow).
+    paths.write_file_nofollow(os.path.join(checkpoint_dir, "flags.json"), json.dumps(record, indent=2, sort_keys=True))
 
 
 def run_evaluator(cluster: ClusterConfig, config: TrainConfig) -> dict:

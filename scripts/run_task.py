@@ -11,13 +11,12 @@ success, 2 on bad input (one line on stderr), see ps_toolkit/errors.py.
 
 import os
 import sys
-import tempfile
 
 from absl import app, flags, logging
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from ps_toolkit import cli, preflight, tf_import  # noqa: E402
+from ps_toolkit import cli, paths, preflight, tf_import  # noqa: E402
 from ps_toolkit.cluster import ClusterConfig  # noqa: E402
 from ps_toolkit.train_config import TrainConfig  # noqa: E402
 
@@ -31,10 +30,11 @@ _PS_ORPHAN_TIMEOUT = flags.DEFINE_float(
 
 
 def default_checkpoint_dir(cluster: ClusterConfig) -> str:
-    """A per-cluster folder, so a restarted chief finds its checkpoints again."""
+    """A per-cluster folder in this user's private state folder, so a restarted chief finds
+    its checkpoints again; nobody else can create or replace anything in it."""
     chief_job, chief_index = cluster.chief_task
     chief = cluster.jobs[chief_job][chief_index].replace(":", "_").replace("/", "_")
-    return os.path.join(tempfile.gettempdir(), "ps_toolkit", f"checkpoints-{chief}")
+    return os.path.join(paths.state_subdir("checkpoints"), chief)
 
 
 def run(cluster: ClusterConfig, config: TrainConfig) -> None:
