@@ -24,9 +24,8 @@ tf_import.prefer_lean_import()
 
 cli.define_cluster_flags()
 cli.define_training_flags()
-_PS_ORPHAN_TIMEOUT = flags.DEFINE_float(
-    "ps_orphan_timeout_secs", 300.0, "A ps exits (status 3) when no unfinished worker was reachable this long."
-)
+cli.define_ps_flags()
+flags.adopt_module_key_flags(cli)  # --help lists them as this script's own
 
 
 def default_checkpoint_dir(cluster: ClusterConfig) -> str:
@@ -45,7 +44,7 @@ def run(cluster: ClusterConfig, config: TrainConfig) -> None:
     if cluster.task_type == "evaluator":
         runner.run_evaluator(cluster, config)
         return
-    runner.run_server_task(cluster, config, ps_orphan_timeout_secs=_PS_ORPHAN_TIMEOUT.value)
+    runner.run_server_task(cluster, config, ps_orphan_timeout_secs=flags.FLAGS.ps_orphan_timeout_secs)
 
 
 def main(argv):
