@@ -27,7 +27,8 @@ from absl import app, flags
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from ps_toolkit import cli, launcher, netns  # noqa: E402
+from ps_toolkit import cli, launcher, netns, preflight  # noqa: E402
+from ps_toolkit import cluster as cluster_lib  # noqa: E402
 from ps_toolkit.drills import parse_kill  # noqa: E402
 from ps_toolkit.errors import EXIT_CONFIG, ConfigError  # noqa: E402
 from ps_toolkit.supervisor import RESTART_POLICIES, SUCCESS_POLICIES, Policy  # noqa: E402
@@ -103,6 +104,8 @@ def _options(command: list[str]) -> launcher.LaunchOptions:
         topology = Topology(
             num_ps=_NUM_PS.value, num_workers=_NUM_WORKERS.value, chief=_CHIEF.value, evaluator=_EVALUATOR.value
         )
+    if not command:
+        _check_training(topology)
     run_dir = launcher.make_run_dir(flags.FLAGS.log_dir or None)
     return launcher.LaunchOptions(
         topology=topology,
@@ -120,6 +123,26 @@ def _options(command: list[str]) -> launcher.LaunchOptions:
             timeout_secs=_TIMEOUT.value,
         ),
     )
+
+
+def _check_training(topology: Topology) -> None:
+    """Refuses, before any task starts, what every task would refuse or what cannot train together:
+    the training flags checked against the cluster, and replicas without a ps."""
+    jobs = topology.jobs_for_ports(range(1, topology.num_tasks + 1))
+    chief_job = "chief" if "chief" in jobs else "worker"
+    hosts = {f"{job}_hosts": ",".join(jobs[job]) for job in ("ps", "worker", "chief", "evaluator") if job in jobs}
+    cluster = cluster_lib.ClusterConfig.from_host_flags(
+        **{"ps_hosts": None, "worker_hosts": None, **hosts},
+        job_name=chief_job,
+        task_index=0,
+    )
+    config = cli.train_config_from_flags()
+    if config.checkpoint_dir is None:
+        config = cli.with_checkpoint_dir(config, "run-folder/checkpoints")
+    config.validate(cluster)
+    source = "--ps_hosts" if topology.hosts is not None else f"--num_ps={topology.num_ps}"
+    preflight.check_topology(cluster, source)
+    preflight.check_data_dir(config.data_dir)
 
 
 def _parse(argv: list[str]) -> list[str]:

@@ -56,6 +56,8 @@ def main(argv):
         if config.checkpoint_dir is None:
             config = cli.with_checkpoint_dir(config, default_checkpoint_dir(cluster))
         config.validate(cluster)
+        preflight.check_topology(cluster)
+        preflight.check_data_dir(config.data_dir)
         preflight.check_task_can_start(cluster)
         logging.info("%s of %s; checkpoints in %s", cluster.device, cluster.source, config.checkpoint_dir)
         run(cluster, config)
