@@ -244,6 +244,8 @@ def train(
     started = time.monotonic()
     with tf.Graph().as_default():
         graph = build_graph(cluster, config, data)
+        if cluster.is_chief and config.checkpoint_dir:  # a checkpoint of another model: exit 2 now, said in one line
+            checkpoints.check_model_matches_checkpoint(config.checkpoint_dir, tf.compat.v1.global_variables())
         progress = ProgressHook(
             loss=graph.loss,
             global_step=graph.global_step,
