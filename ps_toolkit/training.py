@@ -32,6 +32,8 @@ from ps_toolkit.train_config import TrainConfig
 from ps_toolkit.watchdog import ProgressWatchdog
 
 log = logging.getLogger(__name__)
+# Progress lines a replica prints over a whole run at least (besides one a second): the chart's points.
+PROGRESS_LINES_PER_RUN = 50
 
 
 @dataclasses.dataclass
@@ -252,6 +254,7 @@ def train(
             job=cluster.task_type,
             task=cluster.task_index,
             every_secs=config.progress_every_secs,
+            every_global_steps=max(1, config.train_steps // PROGRESS_LINES_PER_RUN),
             steps_in_run=graph.multi_step.steps_done if graph.multi_step else None,
             step_after_run=graph.multi_step.global_step if graph.multi_step else None,
         )
