@@ -118,7 +118,7 @@ def launch(options: LaunchOptions, console: Console | None = None) -> RunResult:
 
 
 def _report(outcome, log_dir: str, console: Console) -> RunResult:
-    table = summary_table(outcome.rows)
+    table = summary_table(outcome.rows) + _last_lines(outcome.outputs)
     verdict = ("succeeded: " if outcome.succeeded else "FAILED: ") + outcome.message + _scores(outcome.outputs)
     with open(os.path.join(log_dir, SUMMARY_FILE), "w", encoding="utf-8") as handle:
         handle.write(table + "\n\n" + verdict + "\n")
@@ -134,13 +134,33 @@ def _report(outcome, log_dir: str, console: Console) -> RunResult:
 
 
 def _scores(outputs: Mapping) -> str:
-    """The chief's final loss and test accuracy, when its last line reported them."""
+    """The chief's final loss and test accuracy, when its last line reported them; else the
+    accuracy a task of a script of its own printed last (the chief's first)."""
     for name in ("chief:0", "worker:0"):
         result = outputs[name].result if name in outputs else None
         if result:
             parts = [f"{key} {result[key]:.4g}" for key in ("final_loss", "test_accuracy") if key in result]
             return f" ({', '.join(parts)})" if parts else ""
+    printed = [(name, out.printed_accuracy) for name, out in _chief_first(outputs) if out.printed_accuracy is not None]
+    if printed:
+        name, accuracy = printed[0]
+        return f" (accuracy {accuracy:.4g}, printed by {name})"
     return ""
+
+
+def _last_lines(outputs: Mapping) -> str:
+    """Under the table, the last output line of each task that reported no toolkit result
+    (a script of its own): what it said last, e.g. its accuracy."""
+    lines = [
+        f"{name}: {out.last_stdout_line.strip()[:200]}"
+        for name, out in outputs.items()
+        if out.result is None and out.last_stdout_line and not out.progress
+    ]
+    return "".join(f"\n{line}" for line in (["", "last lines:"] + lines if lines else []))
+
+
+def _chief_first(outputs: Mapping) -> list:
+    return sorted(outputs.items(), key=lambda item: item[0] not in ("chief:0", "worker:0"))
 
 
 class _signals_wake:

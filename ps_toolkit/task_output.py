@@ -113,6 +113,12 @@ class ConsoleFilter:
         return shown
 
 
+# What a script of its own (a legacy one) prints about its progress and result, e.g.
+# "worker=0, final accuracy = 0.91", "local_step=250", "done after 580 local steps".
+_PRINTED_ACCURACY = re.compile(r"accuracy\b[^0-9\n]{0,16}?(\d+(?:\.\d+)?)", re.IGNORECASE)
+_PRINTED_LOCAL_STEP = re.compile(r"local[ _]steps?\s*[=:]?\s*(\d+)|(\d+) local steps", re.IGNORECASE)
+
+
 class TaskOutput:
     """Collects one task's output across its restarts.
 
@@ -131,6 +137,9 @@ class TaskOutput:
         self.progress: list[dict] = []
         self.tail: collections.deque[str] = collections.deque(maxlen=TAIL_LINES)
         self.last_stdout_line: str | None = None
+        # From lines that are not the toolkit's records: what a script of its own printed.
+        self.printed_accuracy: float | None = None
+        self.printed_local_step: int | None = None
 
     def note(self, text: str) -> None:
         """A line from the launcher itself (start, restart, stop) into the log."""
@@ -157,8 +166,18 @@ class TaskOutput:
             record = parse_progress(line)
             if record is not None:
                 self.progress.append(record)
+            elif parse_result(line) is None:
+                self._scan_printed(line)
         if self._echo is not None and self._console.shows(stream, line):
             self._echo(f"[{self.name}] {line}")
+
+    def _scan_printed(self, line: str) -> None:
+        accuracy = _PRINTED_ACCURACY.findall(line)
+        if accuracy:
+            self.printed_accuracy = float(accuracy[-1])
+        steps = _PRINTED_LOCAL_STEP.findall(line)
+        if steps:
+            self.printed_local_step = int(next(g for g in steps[-1] if g))
 
     def _write_log(self, line: str) -> None:
         self._log.write(line.encode("utf-8", "replace") + b"\n")
@@ -170,14 +189,15 @@ class TaskOutput:
 
     @property
     def steps(self) -> int | None:
-        """Local steps this task ran: from its final line, else its last progress line."""
+        """Local steps this task ran: from its final line, else its last progress line, else
+        the last local step it printed (a script of its own)."""
         result = self.result
         if result is not None and isinstance(result.get("local_steps"), int):
             return result["local_steps"]
         for record in reversed(self.progress):
             if isinstance(record.get("local_step"), int):
                 return record["local_step"]
-        return None
+        return self.printed_local_step
 
     def close(self) -> None:
         for stream in self._partial:

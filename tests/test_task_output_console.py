@@ -53,3 +53,12 @@ def test_the_log_file_keeps_every_line(tmp_path):
     output.close()
     assert path.read_text().splitlines() == [line for _s, line, _shown in QUICK_START_LINES]
     assert echoed == [f"[worker:0] {line}" for _s, line, shown in QUICK_START_LINES if shown]
+
+
+def test_a_legacy_scripts_printed_steps_and_accuracy_are_picked_up(tmp_path):
+    output = TaskOutput("worker:1", open(tmp_path / "log", "ab"), None)  # noqa: SIM115 - closed below
+    output.feed("stdout", b"worker=1,epoch=9,global_step=121, local_step=61, loss = 0.31\n")
+    output.feed("stdout", b"worker 1: done after 580 local steps, test accuracy 0.9132\n")
+    output.close()
+    assert output.result is None
+    assert output.steps == 580 and output.printed_accuracy == 0.9132
