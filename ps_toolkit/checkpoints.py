@@ -20,6 +20,7 @@ import uuid
 
 import tensorflow as tf
 
+from ps_toolkit import paths
 from ps_toolkit.cluster import PS, ClusterConfig
 from ps_toolkit.errors import ConfigError
 
@@ -185,8 +186,7 @@ def check_ps_share_checkpoint_dir(cluster: ClusterConfig, target: str, checkpoin
     os.makedirs(checkpoint_dir, exist_ok=True)
     path = os.path.abspath(os.path.join(checkpoint_dir, _SHARED_CHECK_FILE))
     token = uuid.uuid4().hex
-    with open(path, "w", encoding="ascii") as handle:
-        handle.write(token)
+    paths.write_file_nofollow(path, token)
     graph = tf.Graph()
     with graph.as_default():
         reads = []

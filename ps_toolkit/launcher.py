@@ -120,8 +120,7 @@ def launch(options: LaunchOptions, console: Console | None = None) -> RunResult:
 def _report(outcome, log_dir: str, console: Console) -> RunResult:
     table = summary_table(outcome.rows) + _last_lines(outcome.outputs)
     verdict = ("succeeded: " if outcome.succeeded else "FAILED: ") + outcome.message + _scores(outcome.outputs)
-    with open(os.path.join(log_dir, SUMMARY_FILE), "w", encoding="utf-8") as handle:
-        handle.write(table + "\n\n" + verdict + "\n")
+    paths.write_file_nofollow(os.path.join(log_dir, SUMMARY_FILE), table + "\n\n" + verdict + "\n")
     chart = os.path.join(log_dir, CHART_FILE)
     drawn = charts.write_progress_chart({n: o.progress for n, o in outcome.outputs.items()}, chart)
     console.line(table)
