@@ -196,3 +196,29 @@ def test_single_replica_without_a_ps_is_accepted(tmp_path):
 
     cluster = ClusterConfig.from_host_flags(ps_hosts=None, worker_hosts="localhost:2", job_name="worker", task_index=0)
     preflight.check_topology(cluster)
+
+
+def test_a_default_state_folder_planted_by_another_user_is_refused(tmp_path):
+    planted = tmp_path / f"ps_toolkit-{os.getuid()}"
+    planted.mkdir(mode=0o700)
+    os.chown(planted, 65534, 65534)
+    args = OK_HOSTS + ["--job_name=worker", "--task_index=0"]  # no --checkpoint_dir: the default one
+    outcome = run_tasks({"w": python_command(RUN_TASK, *args)}, timeout=60, env={"TMPDIR": str(tmp_path)})["w"]
+    assert_clean_failure(outcome, f"refusing {planted}: it is owned by uid 65534, not by you")
+    assert list(planted.iterdir()) == []
+
+
+def test_a_symlink_planted_as_flags_json_is_refused_and_its_target_untouched(tmp_path):
+    victim = tmp_path / "victim"
+    victim.write_text("root-only secret")
+    os.chmod(victim, 0o600)
+    ckpt = tmp_path / "ckpt"
+    ckpt.mkdir()
+    os.symlink(victim, ckpt / "flags.json")
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    args = [f"--worker_hosts=localhost:{port}", "--job_name=worker", f"--checkpoint_dir={ckpt}", "--train_steps=5"]
+    outcome = run_tasks({"chief": python_command(RUN_TASK, *args)}, timeout=120)["chief"]
+    assert_clean_failure(outcome, f"refusing to write {ckpt}/flags.json: it is a symbolic link")
+    assert victim.read_text() == "root-only secret"
