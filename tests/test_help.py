@@ -77,3 +77,34 @@ def test_launch_local_help_after_the_command_separator_belongs_to_the_command():
     result = run_script("launch_local.py", "--num_ps=1", "--num_workers=0", "--", "python", "x.py", "--help")
     assert result.returncode == 2
     assert "flags:" not in result.stdout
+
+
+def test_flags_defined_later_are_found_for_pass_through():
+    from absl import flags
+
+    from ps_toolkit import cli
+
+    def define():
+        flags.DEFINE_integer("zz_issue17_new_training_flag", 1, "A flag a later change adds.")
+
+    assert cli.names_defined_by(define) == ["zz_issue17_new_training_flag"]
+
+
+@pytest.mark.slow
+def test_launch_local_passes_training_flags_through_to_run_task(tmp_path):
+    import json
+
+    flags_given = ["--train_steps=7", "--seed=3", "--nopack_transfers", "--placement=greedy", "--watchdog_secs=90"]
+    result = run_script(
+        "launch_local.py",
+        "--quiet",
+        "--isolation=none",
+        "--num_ps=0",
+        "--num_workers=1",
+        f"--log_dir={tmp_path}",
+        *flags_given,
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+    config = json.loads((tmp_path / "checkpoints" / "flags.json").read_text())["train_config"]
+    assert config["train_steps"] == 7 and config["seed"] == 3 and config["pack_transfers"] is False
+    assert config["placement"] == "greedy" and config["watchdog_secs"] == 90.0
