@@ -8,11 +8,12 @@ waiting for, probes the peers it needs, and exits with EXIT_RETRYABLE, so a
 restart policy (the launcher's, Kubeflow's, Slurm's) can try again.
 
 Long before that, the task says itself what it waits for: once it has made
-no progress for ``FIRST_REPORT_SECS``, and then every ``REPORT_EVERY_SECS``
-while that lasts, it probes the peers it needs (every ps; the chief, for the
-other replicas) and logs one line: how long it has made no progress, and
-each unreachable peer with its address, or, before its first step with every
-peer answering, what it waits for (the chief to initialize the model, ...).
+no progress for ``FIRST_REPORT_SECS`` it probes the peers it needs (every ps;
+the chief, for the other replicas) and, while one is unreachable, logs one
+line every ``REPORT_EVERY_SECS``: how long it has made no progress, and each
+unreachable peer with its address. Before its first step with every peer
+answering, it says what it waits for (the chief to initialize the model,
+...) from ``REPORT_EVERY_SECS`` on: a start of a few seconds is normal.
 """
 
 from __future__ import annotations
@@ -101,9 +102,10 @@ class ProgressWatchdog:
                 self._exit(self._message(idle, waiting_for, step))
                 return
             if idle >= due:
-                with self._lock:
-                    self._next_report = idle + self._report_every
                 report = self.waiting_report(idle, step)
+                with self._lock:
+                    # Probed again a second later when there was nothing to say yet.
+                    self._next_report = idle + (self._report_every if report else interval)
                 if report:
                     self._report(report)
 
@@ -116,8 +118,8 @@ class ProgressWatchdog:
         return needed
 
     def waiting_report(self, idle: float, step) -> str | None:
-        """One line naming the unreachable peers and their addresses, or, before the first step,
-        what the task waits for; None when it has trained and every peer answers."""
+        """One line naming the unreachable peers and their addresses, or, before the first step and
+        after a report interval, what the task waits for; None when there is nothing to say."""
         down = [f"{device} at {address}" for device, address in self.peers() if not self._probe(address)]
         limit = (
             f"; the watchdog ends this task after {self._timeout:.0f}s without progress"
@@ -130,7 +132,8 @@ class ProgressWatchdog:
                 f"{self._cluster.device}: no progress for {idle:.0f}s{at}: cannot reach {', '.join(down)} "
                 f"(TensorFlow keeps retrying){limit}"
             )
-        if step is None:
+        # With every peer up, a slow start is normal for a while: said only after a report interval.
+        if step is None and idle >= self._report_every:
             return f"{self._cluster.device}: no progress for {idle:.0f}s, waiting for {self._waiting_for}{limit}"
         return None
 

@@ -78,8 +78,11 @@ def test_an_unreachable_chief_is_named_by_the_other_replicas():
 
 def test_with_every_peer_up_the_report_says_what_is_awaited():
     reports = Reports()
+    started = time.monotonic()
     with watchdog(worker(1), reports, up={"localhost:2001", "localhost:2002"}):
         line = reports.wait_for(1)[0]
+    # A normal slow start is not reported at the first probe, only after a report interval.
+    assert reports.times[0] - started >= 0.55
     assert line.endswith(
         "waiting for the chief to initialize or restore the model; the watchdog ends this task "
         "after 300s without progress"
