@@ -10,6 +10,9 @@ and the task itself, unless the script chose its own filters.
 
 from __future__ import annotations
 
+import os
+import sys
+
 import tensorflow as tf
 
 _v1 = tf.compat.v1
@@ -71,3 +74,16 @@ class Server(_v1.train.Server):
             config=filled_config(config),
             start=start,
         )
+
+    def join(self):
+        """Serves forever, as in TF 1.x; a ps started by hand first says how it will end."""
+        job, index = _task or (None, None)
+        # The launchers (launch_local.py, Kubeflow) set TF_CONFIG and stop the ps themselves.
+        if job == PS_JOB and not os.environ.get("TF_CONFIG"):
+            sys.stderr.write(
+                f"/job:ps/task:{index} serves until it is stopped: server.join() never returns, as in TF 1.x. "
+                "Stop it (Ctrl-C) once the workers are done, or start the cluster with scripts/launch_local.py, "
+                "which stops the ps tasks when the workers have finished.\n"
+            )
+            sys.stderr.flush()
+        super().join()

@@ -20,6 +20,7 @@ import uuid
 
 import tensorflow as tf
 
+from ps_toolkit import paths
 from ps_toolkit.cluster import PS, ClusterConfig
 from ps_toolkit.errors import ConfigError
 
@@ -122,6 +123,62 @@ def prepare_checkpoint_dir(checkpoint_dir: str) -> str | None:
     return prefix
 
 
+def check_model_matches_checkpoint(checkpoint_dir: str, variables) -> int | None:
+    """Refuses a checkpoint the model cannot restore; says which step a run resumes from.
+
+    ``variables`` are the graph's saveable variables (``tf.compat.v1.global_variables()``).
+    The newest checkpoint in ``checkpoint_dir`` must hold exactly the model's
+    variables with the model's shapes: otherwise ConfigError names the first
+    difference (in name order) and the folder, before any session is created.
+    With a matching checkpoint, logs ``resuming from global step N in DIR`` and
+    returns N; with none, returns None.
+    """
+    prefix = tf.train.latest_checkpoint(checkpoint_dir) if os.path.isdir(checkpoint_dir) else None
+    if prefix is None:
+        return None
+    reader = tf.compat.v1.train.NewCheckpointReader(prefix)
+    # Keys starting with "_" are TensorFlow's bookkeeping (the object graph), not variables.
+    saved = {name: list(shape) for name, shape in reader.get_variable_to_shape_map().items() if name[:1] != "_"}
+    expected = _saveable_shapes(variables)
+    differences = []
+    for name in sorted(set(saved) | set(expected)):
+        if name not in saved:
+            differences.append(f"the model's variable {name} {expected[name]} is not in the checkpoint")
+        elif name not in expected:
+            differences.append(f"the checkpoint's variable {name} {saved[name]} is not in the model")
+        elif saved[name] != expected[name]:
+            differences.append(f"variable {name} is {saved[name]} in the checkpoint, {expected[name]} in the model")
+    if differences:
+        more = f" (and {len(differences) - 1} more differences)" if len(differences) > 1 else ""
+        raise ConfigError(
+            f"checkpoint dir {checkpoint_dir} holds a checkpoint of another model ({os.path.basename(prefix)}): "
+            f"{differences[0]}{more}; give another --checkpoint_dir, or move its files away to start from step 0"
+        )
+    step = _global_step(reader, prefix)
+    log.info("resuming from global step %s in %s", step, checkpoint_dir)
+    return step
+
+
+def _saveable_shapes(variables) -> dict[str, list[int]]:
+    """{checkpoint key: full shape} as the Saver names them; a partitioned variable counts once, whole."""
+    from tensorflow.python.training.saving import saveable_object_util
+
+    shapes = {}
+    for name, value in saveable_object_util.op_list_to_dict(list(variables)).items():
+        if isinstance(value, list | tuple):  # the slices of a partitioned variable
+            shapes[name] = list(value[0]._save_slice_info.full_shape)
+        else:
+            shapes[name] = value.shape.as_list()
+    return shapes
+
+
+def _global_step(reader, prefix: str) -> int | None:
+    if reader.has_tensor("global_step"):
+        return int(reader.get_tensor("global_step"))
+    match = _STEP.search(prefix)
+    return int(match.group(1)) if match else None
+
+
 def check_ps_share_checkpoint_dir(cluster: ClusterConfig, target: str, checkpoint_dir: str, session_config) -> None:
     """Checks every ps sees the chief's checkpoint folder: each ps writes its own shards there."""
     if not cluster.num_ps:
@@ -129,8 +186,7 @@ def check_ps_share_checkpoint_dir(cluster: ClusterConfig, target: str, checkpoin
     os.makedirs(checkpoint_dir, exist_ok=True)
     path = os.path.abspath(os.path.join(checkpoint_dir, _SHARED_CHECK_FILE))
     token = uuid.uuid4().hex
-    with open(path, "w", encoding="ascii") as handle:
-        handle.write(token)
+    paths.write_file_nofollow(path, token)
     graph = tf.Graph()
     with graph.as_default():
         reads = []

@@ -55,7 +55,13 @@ def define_training_flags() -> None:
     flags.DEFINE_string("export_dir", None, "The chief writes a SavedModel of the PREDICT graph here at the end.")
     flags.DEFINE_boolean("sync_replicas", False, "Aggregate gradients with SyncReplicasOptimizer.")
     flags.DEFINE_integer("replicas_to_aggregate", None, "Gradients per sync step; default: all replicas.")
-    flags.DEFINE_string("checkpoint_dir", None, "Where the chief writes checkpoints and summaries.")
+    flags.DEFINE_string(
+        "checkpoint_dir",
+        None,
+        "Where the chief writes checkpoints and summaries; a run that finds checkpoints there resumes from them. "
+        "Default: run_task.py $TMPDIR/ps_toolkit-<uid>/checkpoints/<chief address>; "
+        "launch_local.py: a fresh one in the run folder.",
+    )
     flags.DEFINE_integer("save_checkpoint_steps", 100, "Chief saves a checkpoint every N global steps.")
     flags.DEFINE_float("save_checkpoint_secs", None, "Save every N seconds instead of every N steps.")
     flags.DEFINE_integer("save_summaries_steps", 100, "Chief writes summaries every N steps.")
@@ -76,6 +82,39 @@ def define_training_flags() -> None:
     flags.DEFINE_float(
         "watchdog_secs", 300.0, "No global-step progress this long ends the task with status 200 (retryable); 0: off."
     )
+
+
+def define_ps_flags() -> None:
+    """Flags of a parameter-server task (run_task.py's; launch_local.py passes them through)."""
+    flags.DEFINE_float(
+        "ps_orphan_timeout_secs", 300.0, "A ps exits (status 3) when no unfinished worker was reachable this long."
+    )
+
+
+def names_defined_by(define) -> list[str]:
+    """Runs ``define()`` (e.g. ``define_training_flags``); returns the names of the flags it defined."""
+    before = set(FLAGS)
+    define()
+    return [name for name in FLAGS if name not in before and FLAGS[name].name == name]
+
+
+HELP_FLAGS = ("--help", "-help", "-h", "-?", "--helpshort", "-helpshort")
+HELPFULL_FLAGS = ("--helpfull", "-helpfull")
+
+
+def print_help_and_exit_if_asked(argv: list[str], usage: str) -> None:
+    """``--help``: the script's usage and its own flags (absl's key flags of the main module),
+    with defaults and choices, exit 0. ``--helpfull``: every flag, absl's own included, exit 0."""
+    asked = [arg for arg in argv[1:] if arg in HELP_FLAGS + HELPFULL_FLAGS]
+    if not asked:
+        return
+    if asked[0] in HELPFULL_FLAGS:
+        text = FLAGS.get_help()
+    else:
+        text = FLAGS.main_module_help() + "\n\n--helpfull lists every flag, absl's and TensorFlow's included."
+    sys.stdout.write(usage.strip("\n") + "\n\nflags:\n" + text + "\n")
+    sys.stdout.flush()
+    raise SystemExit(0)
 
 
 def cluster_from_flags(tf_config: str | None) -> cluster_lib.ClusterConfig:
@@ -189,6 +228,7 @@ def user_errors():
 
 def parse_flags_or_exit(argv: list[str]) -> list[str]:
     """absl's flags_parser: a bad flag is one line and exit 2, not absl's usage dump."""
+    print_help_and_exit_if_asked(argv, sys.modules["__main__"].__doc__ or "")
     try:
         return FLAGS(argv)
     except flags.Error as err:

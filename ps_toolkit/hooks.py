@@ -16,7 +16,7 @@ log = logging.getLogger(__name__)
 
 
 class ProgressHook(tf.compat.v1.train.SessionRunHook):
-    """Records loss and global step each step; prints a progress line every few seconds.
+    """Records loss and global step each step; prints a progress line every few seconds or global steps.
 
     The lines (``ps_toolkit progress: {json}``) are what the local launcher
     parses for its status line and charts. Listeners are called with the
@@ -24,8 +24,20 @@ class ProgressHook(tf.compat.v1.train.SessionRunHook):
     """
 
     def __init__(
-        self, *, loss, global_step, job: str, task: int, every_secs: float = 2.0, steps_in_run=None, step_after_run=None
+        self,
+        *,
+        loss,
+        global_step,
+        job: str,
+        task: int,
+        every_secs: float = 2.0,
+        every_global_steps: int | None = None,
+        steps_in_run=None,
+        step_after_run=None,
     ):
+        # A line every ``every_secs``, or sooner once the global step has advanced
+        # ``every_global_steps``: a run of a second or two still gets a chart.
+        self._every_global_steps = every_global_steps
         # With an in-graph loop a run takes several steps; ``steps_in_run`` says how
         # many, and ``step_after_run`` is the global step read after the loop: a
         # fetch of the variable itself may be read before the loop's first update.
@@ -68,7 +80,10 @@ class ProgressHook(tf.compat.v1.train.SessionRunHook):
         for listener in self._listeners:
             listener(self.last_global_step)
         now = time.monotonic()
-        if now - self._mark[0] >= self._every_secs:
+        advanced = self.last_global_step - self._mark[1]
+        if now - self._mark[0] >= self._every_secs or (
+            self._every_global_steps and advanced >= self._every_global_steps
+        ):
             self.emit(now)
 
     def end(self, session):

@@ -12,11 +12,10 @@ import dataclasses
 import os
 import signal
 import socket
-import tempfile
 import threading
 from collections.abc import Mapping
 
-from ps_toolkit import charts
+from ps_toolkit import charts, paths
 from ps_toolkit.errors import EXIT_PORT_IN_USE, ConfigError
 from ps_toolkit.ports import reserve_ports
 from ps_toolkit.status import Console, summary_table
@@ -74,11 +73,15 @@ class RunResult:
 
 
 def make_run_dir(log_dir: str | None) -> str:
-    """The run folder: ``log_dir`` (created if needed) or a fresh temporary one."""
+    """The run folder: ``log_dir`` (created if needed) or a fresh one under this user's
+    private ``runs/`` folder, where only the newest ``paths.KEEP_RUNS`` are kept."""
     if log_dir:
-        os.makedirs(log_dir, exist_ok=True)
+        try:
+            os.makedirs(log_dir, exist_ok=True)
+        except OSError as err:
+            raise ConfigError(f"--log_dir={log_dir}: cannot create it: {err.strerror}") from None
         return os.path.abspath(log_dir)
-    return tempfile.mkdtemp(prefix="ps_toolkit_run_")
+    return paths.new_run_dir("run")
 
 
 def launch(options: LaunchOptions, console: Console | None = None) -> RunResult:
@@ -108,14 +111,16 @@ def launch(options: LaunchOptions, console: Console | None = None) -> RunResult:
         else:
             outcome.message += f"; gave up after {options.port_attempts} attempts"
             outcome.exit_code = EXIT_PORT_IN_USE
-    return _report(outcome, log_dir, console)
+    try:
+        return _report(outcome, log_dir, console)
+    finally:
+        paths.release_run_dir(log_dir)
 
 
 def _report(outcome, log_dir: str, console: Console) -> RunResult:
-    table = summary_table(outcome.rows)
+    table = summary_table(outcome.rows) + _last_lines(outcome.outputs)
     verdict = ("succeeded: " if outcome.succeeded else "FAILED: ") + outcome.message + _scores(outcome.outputs)
-    with open(os.path.join(log_dir, SUMMARY_FILE), "w", encoding="utf-8") as handle:
-        handle.write(table + "\n\n" + verdict + "\n")
+    paths.write_file_nofollow(os.path.join(log_dir, SUMMARY_FILE), table + "\n\n" + verdict + "\n")
     chart = os.path.join(log_dir, CHART_FILE)
     drawn = charts.write_progress_chart({n: o.progress for n, o in outcome.outputs.items()}, chart)
     console.line(table)
@@ -128,7 +133,8 @@ def _report(outcome, log_dir: str, console: Console) -> RunResult:
 
 
 def _scores(outputs: Mapping) -> str:
-    """The chief's final loss and its evaluation's metrics, when its last line reported them."""
+    """The chief's final loss and its evaluation's metrics, when its last line reported them; else the
+    accuracy a task of a script of its own printed last (the chief's first)."""
     for name in ("chief:0", "worker:0"):
         result = outputs[name].result if name in outputs else None
         if result:
@@ -140,7 +146,26 @@ def _scores(outputs: Mapping) -> str:
                 scores["test_accuracy"] = result.get("test_accuracy")
             parts = [f"{key} {value:.4g}" for key, value in scores.items() if isinstance(value, int | float)]
             return f" ({', '.join(parts)})" if parts else ""
+    printed = [(name, out.printed_accuracy) for name, out in _chief_first(outputs) if out.printed_accuracy is not None]
+    if printed:
+        name, accuracy = printed[0]
+        return f" (accuracy {accuracy:.4g}, printed by {name})"
     return ""
+
+
+def _last_lines(outputs: Mapping) -> str:
+    """Under the table, the last output line of each task that reported no toolkit result
+    (a script of its own): what it said last, e.g. its accuracy."""
+    lines = [
+        f"{name}: {out.last_stdout_line.strip()[:200]}"
+        for name, out in outputs.items()
+        if out.result is None and out.last_stdout_line and not out.progress
+    ]
+    return "".join(f"\n{line}" for line in (["", "last lines:"] + lines if lines else []))
+
+
+def _chief_first(outputs: Mapping) -> list:
+    return sorted(outputs.items(), key=lambda item: item[0] not in ("chief:0", "worker:0"))
 
 
 class _signals_wake:

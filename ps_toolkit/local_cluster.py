@@ -13,11 +13,10 @@ import os
 import selectors
 import signal
 import subprocess
-import tempfile
 import time
 from collections.abc import Mapping, Sequence
 
-from ps_toolkit import processes
+from ps_toolkit import paths, processes
 from ps_toolkit.cluster import EVALUATOR, ClusterConfig
 from ps_toolkit.ports import reserve_ports
 from ps_toolkit.task_plan import TaskPlan, Topology, default_command, plan_tasks, task_env
@@ -44,7 +43,8 @@ class LocalCluster:
             cluster.restart("ps", 0)        # same address, same command
             cluster.wait(["worker"], timeout_secs=120)   # {'worker:0': 0, 'worker:1': 0}
 
-    Without ``command`` every task runs ``scripts/run_task.py`` with ``train_args``;
+    Without ``command`` every task runs ``scripts/run_task.py`` with ``train_args``
+    (and ``--checkpoint_dir=<log_dir>/checkpoints`` unless they name one);
     with it, ``command`` plus the cluster flags, with TF_CONFIG set.
     """
 
@@ -62,7 +62,8 @@ class LocalCluster:
         stop_grace_secs: float = 5.0,
     ):
         self._topology = Topology(num_ps=num_ps, num_workers=num_workers, chief=chief, evaluator=evaluator)
-        self._command = list(command) if command else default_command(train_args)
+        self._command = list(command) if command else None
+        self._train_args = list(train_args)
         self._log_dir = log_dir
         self._env = env
         self._stop_grace_secs = stop_grace_secs
@@ -74,8 +75,13 @@ class LocalCluster:
     # Life cycle.
     def start(self) -> LocalCluster:
         """Reserves ports and starts every task, parameter servers first."""
-        self.log_dir = self._log_dir or tempfile.mkdtemp(prefix="ps_toolkit_cluster_")
+        self.log_dir = self._log_dir or paths.new_run_dir("cluster")
         os.makedirs(self.log_dir, exist_ok=True)
+        if self._command is None:
+            # Checkpoints in the run folder by default, as the launcher's: pruned with it, never reused by surprise.
+            given = any(arg.startswith("--checkpoint_dir") for arg in self._train_args)
+            default = [] if given else [f"--checkpoint_dir={os.path.join(self.log_dir, 'checkpoints')}"]
+            self._command = default_command([*self._train_args, *default])
         self._reservation = reserve_ports(self._topology.num_tasks)
         jobs = self._topology.jobs_for_ports(self._reservation.ports)
         try:
@@ -94,6 +100,7 @@ class LocalCluster:
         if self._reservation is not None:
             self._reservation.release()
             self._reservation = None
+        paths.release_run_dir(getattr(self, "log_dir", None))
 
     def __enter__(self) -> LocalCluster:
         return self.start()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import errno
+import os
 import socket
 
 from ps_toolkit.cluster import ClusterConfig, split_address
@@ -45,6 +46,29 @@ def check_host_resolves(cluster: ClusterConfig) -> None:
                 raise ConfigError(
                     f"host {host!r} of /job:{job} (from {cluster.source}) does not resolve: {err.strerror}"
                 ) from None
+
+
+def check_topology(cluster: ClusterConfig, source: str | None = None) -> None:
+    """Refuses a cluster whose replicas cannot train together: several replicas and no ps.
+
+    Between-graph replicas share the model only through the ps tasks. Without
+    one, each replica places the variables on itself: the chief initializes
+    its own copy and every other replica waits forever for its copy to be
+    initialized. A single replica trains alone without a ps.
+    """
+    if cluster.num_ps == 0 and cluster.num_replicas > 1:
+        raise ConfigError(
+            f"no ps task for {cluster.num_replicas} training replicas (from {source or cluster.source}): "
+            "replicas share the model only through ps tasks, so all but the chief would wait forever; "
+            "give at least one ps, or train with a single replica"
+        )
+
+
+def check_data_dir(data_dir: str | None) -> None:
+    """A --data_dir that is not a folder, refused before TensorFlow's import (seconds) rather than after."""
+    if data_dir and not os.path.isdir(data_dir):
+        what = "is not a folder" if os.path.exists(data_dir) else "does not exist"
+        raise ConfigError(f"data dir {data_dir} (from --data_dir) {what}")
 
 
 def check_task_can_start(cluster: ClusterConfig) -> None:

@@ -10,6 +10,7 @@ import sys
 import time
 from collections.abc import Callable
 
+from ps_toolkit import paths
 from ps_toolkit import server as server_lib
 from ps_toolkit.cluster import EVALUATOR, PS, ClusterConfig
 from ps_toolkit.hooks import print_result
@@ -103,8 +104,8 @@ def write_run_record(checkpoint_dir: str, cluster: ClusterConfig, config: TrainC
         "effective_learning_rate": config.learning_rate_for(definition.default_learning_rates),
         "argv": sys.argv,
     }
-    with open(os.path.join(checkpoint_dir, "flags.json"), "w", encoding="utf-8") as handle:
-        json.dump(record, handle, indent=2, sort_keys=True)
+    # Not through a symbolic link someone planted in the folder (paths.write_file_nofollow).
+    paths.write_file_nofollow(os.path.join(checkpoint_dir, "flags.json"), json.dumps(record, indent=2, sort_keys=True))
 
 
 def _jsonable(params) -> dict:

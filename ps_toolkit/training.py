@@ -26,6 +26,8 @@ from ps_toolkit.train_graph import TrainGraph
 from ps_toolkit.watchdog import ProgressWatchdog
 
 log = logging.getLogger(__name__)
+# Progress lines a replica prints over a whole run at least (besides one a second): the chart's points.
+PROGRESS_LINES_PER_RUN = 50
 
 
 def _session_creator(cluster, config, graph, target, session_config):
@@ -96,12 +98,15 @@ def train(
     started = time.monotonic()
     with tf.Graph().as_default():
         graph = train_graph.build(cluster, config, definition)
+        if cluster.is_chief and config.checkpoint_dir:  # a checkpoint of another model: exit 2 now, said in one line
+            checkpoints.check_model_matches_checkpoint(config.checkpoint_dir, tf.compat.v1.global_variables())
         progress = ProgressHook(
             loss=graph.loss,
             global_step=graph.global_step,
             job=cluster.task_type,
             task=cluster.task_index,
             every_secs=config.progress_every_secs,
+            every_global_steps=max(1, config.train_steps // PROGRESS_LINES_PER_RUN),
             steps_in_run=graph.multi_step.steps_done if graph.multi_step else None,
             step_after_run=graph.multi_step.global_step if graph.multi_step else None,
         )

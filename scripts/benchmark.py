@@ -19,6 +19,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from benchmarks import plan, report, systems  # noqa: E402
 from benchmarks.driver import Limits, run_plan  # noqa: E402
+from ps_toolkit import cli  # noqa: E402
 
 _OUT = flags.DEFINE_string("out", None, "Folder for results.json, results.md and results.png.", required=True)
 _QUICK = flags.DEFINE_boolean("quick", False, "Only the configurations the targets are stated for.")
@@ -56,4 +57,4 @@ def main(argv):
 
 
 if __name__ == "__main__":
-    app.run(main)
+    app.run(main, flags_parser=cli.parse_flags_or_exit)

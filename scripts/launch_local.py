@@ -27,7 +27,8 @@ from absl import app, flags
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from ps_toolkit import cli, launcher, netns  # noqa: E402
+from ps_toolkit import cli, launcher, netns, preflight  # noqa: E402
+from ps_toolkit import cluster as cluster_lib  # noqa: E402
 from ps_toolkit.drills import parse_kill  # noqa: E402
 from ps_toolkit.errors import EXIT_CONFIG, ConfigError  # noqa: E402
 from ps_toolkit.supervisor import RESTART_POLICIES, SUCCESS_POLICIES, Policy  # noqa: E402
@@ -41,8 +42,12 @@ _HOSTS = {
     job: flags.DEFINE_string(f"{job}_hosts", None, f"Explicit {job} addresses host:port,... instead of counts.")
     for job in ("ps", "worker", "chief", "evaluator")
 }
-# --log_dir (the run folder: task logs, chart, summary; default a fresh temp dir) is
-# absl.logging's own flag, reused: defining it again would clash.
+# --log_dir is absl.logging's own flag, reused (defining it again would clash), with this help.
+flags.FLAGS["log_dir"].help = (
+    "The run folder: task logs, progress chart, summary, default checkpoints. Default: a fresh folder under "
+    "$TMPDIR/ps_toolkit-<uid>/runs/, where the 20 most recently modified run folders are kept."
+)
+flags.declare_key_flag("log_dir")
 _QUIET = flags.DEFINE_boolean("quiet", False, "Console shows only status and summary, not task output.")
 _SUCCESS = flags.DEFINE_enum(
     "success_policy", "chief", SUCCESS_POLICIES, "chief: the chief's status 0 ends the run; all_workers."
@@ -62,44 +67,18 @@ _ISOLATION = flags.DEFINE_enum(
     "else warn and use loopback; netns: required (exit 2 if impossible); none: plain loopback.",
 )
 
-# Passed through to scripts/run_task.py, only when given.
-_TRAIN_FLAGS = {
-    "model_fn": flags.DEFINE_string("model_fn", None, "run_task.py --model_fn=MODULE:FUNCTION (your model)."),
-    "input_fn": flags.DEFINE_string("input_fn", None, "run_task.py --input_fn=MODULE:FUNCTION."),
-    "eval_input_fn": flags.DEFINE_string("eval_input_fn", None, "run_task.py --eval_input_fn=MODULE:FUNCTION."),
-    "params": flags.DEFINE_string("params", None, "run_task.py --params (JSON object for model_fn)."),
-    "optimizer": flags.DEFINE_string("optimizer", None, "run_task.py --optimizer."),
-    "eval_steps": flags.DEFINE_integer("eval_steps", None, "run_task.py --eval_steps."),
-    "export_dir": flags.DEFINE_string("export_dir", None, "run_task.py --export_dir (SavedModel at the end)."),
-    "model": flags.DEFINE_string("model", None, "run_task.py --model."),
-    "data_dir": flags.DEFINE_string("data_dir", None, "run_task.py --data_dir."),
-    "train_steps": flags.DEFINE_integer("train_steps", None, "run_task.py --train_steps."),
-    "batch_size": flags.DEFINE_integer("batch_size", None, "run_task.py --batch_size."),
-    "learning_rate": flags.DEFINE_float("learning_rate", None, "run_task.py --learning_rate."),
-    "sync_replicas": flags.DEFINE_boolean("sync_replicas", None, "run_task.py --sync_replicas."),
-    "replicas_to_aggregate": flags.DEFINE_integer("replicas_to_aggregate", None, "run_task.py flag."),
-    "checkpoint_dir": flags.DEFINE_string("checkpoint_dir", None, "run_task.py flag (default: run folder)."),
-    "save_checkpoint_steps": flags.DEFINE_integer("save_checkpoint_steps", None, "run_task.py flag."),
-    "save_checkpoint_secs": flags.DEFINE_float("save_checkpoint_secs", None, "run_task.py flag."),
-    "save_summaries_steps": flags.DEFINE_integer("save_summaries_steps", None, "run_task.py flag."),
-    "partition_variables": flags.DEFINE_boolean("partition_variables", None, "run_task.py flag."),
-    "readiness_poll_secs": flags.DEFINE_float("readiness_poll_secs", None, "run_task.py flag."),
-    "steps_per_run": flags.DEFINE_integer("steps_per_run", None, "run_task.py --steps_per_run."),
-    "placement": flags.DEFINE_string("placement", None, "run_task.py --placement."),
-    "compute_near_weights": flags.DEFINE_string("compute_near_weights", None, "run_task.py flag: auto, all, none."),
-    "pack_transfers": flags.DEFINE_boolean("pack_transfers", None, "run_task.py flag."),
-    "seed": flags.DEFINE_integer("seed", None, "run_task.py --seed."),
-    "ps_orphan_timeout_secs": flags.DEFINE_float("ps_orphan_timeout_secs", None, "run_task.py flag."),
-    "watchdog_secs": flags.DEFINE_float("watchdog_secs", None, "run_task.py --watchdog_secs."),
-}
+# scripts/run_task.py's training flags, defined once (ps_toolkit.cli) with their help, defaults
+# and choices, and passed through to every task when given here.
+_TRAIN_FLAGS = cli.names_defined_by(cli.define_training_flags) + cli.names_defined_by(cli.define_ps_flags)
+flags.adopt_module_key_flags(cli)  # --help lists them as this script's own
 
 
 def _train_args(run_dir: str) -> list[str]:
     args = []
-    for name, holder in _TRAIN_FLAGS.items():
+    for name in _TRAIN_FLAGS:
         if not flags.FLAGS[name].present:
             continue
-        value = holder.value
+        value = flags.FLAGS[name].value
         if isinstance(value, bool):
             args.append(f"--{name}" if value else f"--no{name}")
         else:
@@ -127,6 +106,8 @@ def _options(command: list[str]) -> launcher.LaunchOptions:
         topology = Topology(
             num_ps=_NUM_PS.value, num_workers=_NUM_WORKERS.value, chief=_CHIEF.value, evaluator=_EVALUATOR.value
         )
+    if not command:
+        _check_training(topology)
     run_dir = launcher.make_run_dir(flags.FLAGS.log_dir or None)
     return launcher.LaunchOptions(
         topology=topology,
@@ -146,9 +127,30 @@ def _options(command: list[str]) -> launcher.LaunchOptions:
     )
 
 
+def _check_training(topology: Topology) -> None:
+    """Refuses, before any task starts, what every task would refuse or what cannot train together:
+    the training flags checked against the cluster, and replicas without a ps."""
+    jobs = topology.jobs_for_ports(range(1, topology.num_tasks + 1))
+    chief_job = "chief" if "chief" in jobs else "worker"
+    hosts = {f"{job}_hosts": ",".join(jobs[job]) for job in ("ps", "worker", "chief", "evaluator") if job in jobs}
+    cluster = cluster_lib.ClusterConfig.from_host_flags(
+        **{"ps_hosts": None, "worker_hosts": None, **hosts},
+        job_name=chief_job,
+        task_index=0,
+    )
+    config = cli.train_config_from_flags()
+    if config.checkpoint_dir is None:
+        config = cli.with_checkpoint_dir(config, "run-folder/checkpoints")
+    config.validate(cluster)
+    source = "--ps_hosts" if topology.hosts is not None else f"--num_ps={topology.num_ps}"
+    preflight.check_topology(cluster, source)
+    preflight.check_data_dir(config.data_dir)
+
+
 def _parse(argv: list[str]) -> list[str]:
     """absl flags before ``--``; the command after it. Bad flags: one line, exit 2."""
     split = argv.index("--") if "--" in argv else len(argv)
+    cli.print_help_and_exit_if_asked(argv[:split], __doc__)
     try:
         rest = flags.FLAGS(argv[:split])
     except flags.Error as err:

@@ -17,6 +17,7 @@ import numpy as np
 from absl import app, flags
 from PIL import Image
 
+from ps_toolkit import cli
 from ps_toolkit.idx import write_idx_gz
 
 _OUT_DIR = flags.DEFINE_string("out_dir", "ps_toolkit/embedded_digits", "Where to write the IDX files.")
@@ -54,4 +55,4 @@ def main(argv):
 
 
 if __name__ == "__main__":
-    app.run(main)
+    app.run(main, flags_parser=cli.parse_flags_or_exit)

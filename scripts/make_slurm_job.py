@@ -39,6 +39,7 @@ _PYTHON = flags.DEFINE_string("python", sys.executable, "The Python interpreter 
 # Every training flag run_task.py knows, validated here and passed on when given.
 _BEFORE = set(flags.FLAGS)
 cli.define_training_flags()
+flags.adopt_module_key_flags(cli)  # --help lists them as this script's own
 TRAINING_FLAGS = sorted(set(flags.FLAGS) - _BEFORE)
 RUN_TASK = os.path.join(os.path.dirname(os.path.abspath(__file__)), "run_task.py")
 

@@ -23,6 +23,9 @@ def _fail(message: str) -> None:
 
 
 def main(argv: list[str]) -> None:
+    if len(argv) == 2 and argv[1] in ("--help", "-h", "--helpfull"):
+        sys.stdout.write(__doc__.strip() + "\n\nrun_legacy.py has no flags of its own; the script's follow it.\n")
+        sys.exit(0)
     if len(argv) < 2 or argv[1].startswith("-"):
         _fail("usage: run_legacy.py SCRIPT.py [SCRIPT ARGS...]")
     script = argv[1]

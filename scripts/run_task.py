@@ -11,13 +11,12 @@ success, 2 on bad input (one line on stderr), see ps_toolkit/errors.py.
 
 import os
 import sys
-import tempfile
 
 from absl import app, flags, logging
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from ps_toolkit import cli, preflight, tf_import  # noqa: E402
+from ps_toolkit import cli, paths, preflight, tf_import  # noqa: E402
 from ps_toolkit.cluster import ClusterConfig  # noqa: E402
 from ps_toolkit.train_config import TrainConfig  # noqa: E402
 
@@ -25,16 +24,16 @@ tf_import.prefer_lean_import()
 
 cli.define_cluster_flags()
 cli.define_training_flags()
-_PS_ORPHAN_TIMEOUT = flags.DEFINE_float(
-    "ps_orphan_timeout_secs", 300.0, "A ps exits (status 3) when no unfinished worker was reachable this long."
-)
+cli.define_ps_flags()
+flags.adopt_module_key_flags(cli)  # --help lists them as this script's own
 
 
 def default_checkpoint_dir(cluster: ClusterConfig) -> str:
-    """A per-cluster folder, so a restarted chief finds its checkpoints again."""
+    """A per-cluster folder in this user's private state folder, so a restarted chief finds
+    its checkpoints again; nobody else can create or replace anything in it."""
     chief_job, chief_index = cluster.chief_task
     chief = cluster.jobs[chief_job][chief_index].replace(":", "_").replace("/", "_")
-    return os.path.join(tempfile.gettempdir(), "ps_toolkit", f"checkpoints-{chief}")
+    return os.path.join(paths.state_subdir("checkpoints"), chief)
 
 
 def run(cluster: ClusterConfig, config: TrainConfig) -> None:
@@ -46,7 +45,7 @@ def run(cluster: ClusterConfig, config: TrainConfig) -> None:
         cluster,
         config,
         lambda: cli.model_definition_from_flags(config),
-        ps_orphan_timeout_secs=_PS_ORPHAN_TIMEOUT.value,
+        ps_orphan_timeout_secs=flags.FLAGS.ps_orphan_timeout_secs,
     )
 
 
@@ -60,6 +59,8 @@ def main(argv):
             config = cli.with_checkpoint_dir(config, default_checkpoint_dir(cluster))
         config.validate(cluster)
         cli.check_model_flags()
+        preflight.check_topology(cluster)
+        preflight.check_data_dir(config.data_dir)
         preflight.check_task_can_start(cluster)
         logging.info("%s of %s; checkpoints in %s", cluster.device, cluster.source, config.checkpoint_dir)
         run(cluster, config)

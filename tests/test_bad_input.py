@@ -9,7 +9,9 @@ import socket
 import pytest
 
 from ps_toolkit.data import EMBEDDED_DIGITS_DIR
-from tests.taskrun import RUN_TASK, python_command, run_tasks
+from tests.taskrun import REPO, RUN_TASK, python_command, run_tasks
+
+LAUNCH_LOCAL = os.path.join(REPO, "scripts", "launch_local.py")
 
 OK_HOSTS = ["--ps_hosts=localhost:1", "--worker_hosts=localhost:2,localhost:3"]
 
@@ -58,6 +60,11 @@ CASES = {
         "--compute_near_weights=all",
     ),
     "unknown near-weights mode": (OK_HOSTS + ["--job_name=worker", "--compute_near_weights=maybe"], {}, "maybe"),
+    "replicas without a ps": (
+        ["--worker_hosts=localhost:2,localhost:3", "--job_name=worker"],
+        {},
+        "no ps task for 2 training replicas",
+    ),
     "stray argument": (OK_HOSTS + ["--job_name=ps", "extra"], {}, "'extra'"),
     "missing cluster file": (["--cluster_file=/nonexistent/c.json", "--job_name=ps"], {}, "/nonexistent/c.json"),
 }
@@ -138,6 +145,83 @@ def test_corrupted_checkpoints_are_refused_and_left_untouched(tmp_path):
     outcome = run_tasks({"chief": python_command(RUN_TASK, *args)}, timeout=90)["chief"]
     assert_clean_failure(outcome, "holds checkpoints but none is readable")
     assert {p.name: p.read_bytes() for p in ckpt.iterdir()} == before
+
+
+def test_missing_data_dir_is_reported_before_tensorflow_is_imported(tmp_path):
+    # A "tensorflow" that cannot be imported: the right error line proves the check came first.
+    fake = tmp_path / "fake_site" / "tensorflow"
+    fake.mkdir(parents=True)
+    (fake / "__init__.py").write_text("raise ImportError('tensorflow was imported')\n")
+    env = {"PYTHONPATH": f"{tmp_path / 'fake_site'}{os.pathsep}{REPO}"}
+    args = OK_HOSTS + ["--job_name=worker", f"--data_dir={tmp_path}/nope", f"--checkpoint_dir={tmp_path}/c"]
+    outcome = run_tasks({"w": python_command(RUN_TASK, *args)}, timeout=60, env=env)["w"]
+    assert_clean_failure(outcome, f"data dir {tmp_path}/nope (from --data_dir) does not exist")
+
+
+LAUNCH_CASES = {
+    "no ps for two replicas": (["--num_ps=0"], "no ps task for 2 training replicas (from --num_ps=0)"),
+    "no ps, explicit hosts": (
+        ["--worker_hosts=localhost:2,localhost:3"],
+        "no ps task for 2 training replicas (from --ps_hosts)",
+    ),
+    "aggregate more than workers": (
+        ["--sync_replicas", "--replicas_to_aggregate=3"],
+        "--replicas_to_aggregate=3 must be between 1 and the number of training replicas, 2",
+    ),
+    "zero train steps": (["--train_steps=0"], "--train_steps=0 must be positive"),
+    "missing data dir": (["--data_dir=/nonexistent/mnist"], "data dir /nonexistent/mnist (from --data_dir)"),
+    "unknown placement": (["--placement=magic"], "magic"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(LAUNCH_CASES))
+def test_launch_local_refuses_a_cluster_that_cannot_train_before_anything_starts(case, tmp_path):
+    args, expected = LAUNCH_CASES[case]
+    env = {"TMPDIR": str(tmp_path)}
+    outcome = run_tasks({case: python_command(LAUNCH_LOCAL, "--isolation=none", *args)}, timeout=60, env=env)[case]
+    detail = outcome.describe()
+    assert outcome.returncode == 2, detail
+    assert "Traceback" not in outcome.stderr, detail
+    lines = [line for line in outcome.stderr.splitlines() if line.strip()]
+    assert len(lines) == 1 and expected in lines[0], detail
+    # Nothing started: no run folder, no port lock, no task line.
+    assert list(tmp_path.iterdir()) == [], detail
+    assert "launcher: cluster" not in outcome.stdout, detail
+
+
+def test_single_replica_without_a_ps_is_accepted(tmp_path):
+    # The topology check refuses only what cannot train: one replica trains alone.
+    from ps_toolkit import preflight
+    from ps_toolkit.cluster import ClusterConfig
+
+    cluster = ClusterConfig.from_host_flags(ps_hosts=None, worker_hosts="localhost:2", job_name="worker", task_index=0)
+    preflight.check_topology(cluster)
+
+
+def test_a_default_state_folder_planted_by_another_user_is_refused(tmp_path):
+    planted = tmp_path / f"ps_toolkit-{os.getuid()}"
+    planted.mkdir(mode=0o700)
+    os.chown(planted, 65534, 65534)
+    args = OK_HOSTS + ["--job_name=worker", "--task_index=0"]  # no --checkpoint_dir: the default one
+    outcome = run_tasks({"w": python_command(RUN_TASK, *args)}, timeout=60, env={"TMPDIR": str(tmp_path)})["w"]
+    assert_clean_failure(outcome, f"refusing {planted}: it is owned by uid 65534, not by you")
+    assert list(planted.iterdir()) == []
+
+
+def test_a_symlink_planted_as_flags_json_is_refused_and_its_target_untouched(tmp_path):
+    victim = tmp_path / "victim"
+    victim.write_text("root-only secret")
+    os.chmod(victim, 0o600)
+    ckpt = tmp_path / "ckpt"
+    ckpt.mkdir()
+    os.symlink(victim, ckpt / "flags.json")
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    args = [f"--worker_hosts=localhost:{port}", "--job_name=worker", f"--checkpoint_dir={ckpt}", "--train_steps=5"]
+    outcome = run_tasks({"chief": python_command(RUN_TASK, *args)}, timeout=120)["chief"]
+    assert_clean_failure(outcome, f"refusing to write {ckpt}/flags.json: it is a symbolic link")
+    assert victim.read_text() == "root-only secret"
 
 
 # --model_fn and friends: the user's module is found on PYTHONPATH (tests/user_models/clicks.py).

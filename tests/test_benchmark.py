@@ -215,7 +215,7 @@ def test_run_once_holds_its_ports_until_the_cluster_has_ended(monkeypatch, tmp_p
 
     def fake_run_cluster(tasks, **options):
         for port in held:
-            assert ports._try_lock(port) is None, f"port {port} was released while the cluster ran"
+            assert ports.port_is_reserved(port), f"port {port} was released while the cluster ran"
         return "outcome"
 
     held = []

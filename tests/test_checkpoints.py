@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from ps_toolkit.checkpoints import checkpoint_problem, prepare_checkpoint_dir
+from ps_toolkit.checkpoints import check_model_matches_checkpoint, checkpoint_problem, prepare_checkpoint_dir
 from ps_toolkit.errors import ConfigError
 
 
@@ -103,3 +103,45 @@ def test_orphaned_temp_dirs_are_removed(ckpt_dir):
     (orphan / "junk").write_bytes(b"x")
     prepare_checkpoint_dir(str(ckpt_dir))
     assert not os.path.exists(ckpt_dir / "model.ckpt-300_temp")
+
+
+def model_variables(shapes: dict, partitioned: str | None = None) -> list:
+    """The global variables of a model with these {name: shape} weights, in a fresh graph."""
+    tf.compat.v1.get_default_graph()
+    tf.compat.v1.train.get_or_create_global_step()
+    for name, shape in shapes.items():
+        partitioner = tf.compat.v1.fixed_size_partitioner(2) if name == partitioned else None
+        tf.compat.v1.get_variable(name, shape, partitioner=partitioner)
+    return tf.compat.v1.global_variables()
+
+
+def test_a_matching_checkpoint_says_where_it_resumes(ckpt_dir, caplog):
+    with tf.Graph().as_default(), caplog.at_level(logging.INFO):
+        assert check_model_matches_checkpoint(str(ckpt_dir), model_variables({"w": [1000]})) == 200
+    assert f"resuming from global step 200 in {ckpt_dir}" in caplog.text
+
+
+def test_no_checkpoint_is_a_fresh_start(tmp_path):
+    with tf.Graph().as_default():
+        assert check_model_matches_checkpoint(str(tmp_path / "none"), model_variables({"w": [1000]})) is None
+
+
+@pytest.mark.parametrize(
+    "shapes, expected",
+    [
+        ({"w": [1000], "hidden0/biases": [128]}, "the model's variable hidden0/biases [128] is not in the checkpoint"),
+        ({}, "the checkpoint's variable w [1000] is not in the model"),
+        ({"w": [784]}, "variable w is [1000] in the checkpoint, [784] in the model"),
+    ],
+)
+def test_a_checkpoint_of_another_model_is_refused_naming_the_first_difference(ckpt_dir, shapes, expected):
+    with tf.Graph().as_default(), pytest.raises(ConfigError) as raised:
+        check_model_matches_checkpoint(str(ckpt_dir), model_variables(shapes))
+    message = str(raised.value)
+    assert expected in message and str(ckpt_dir) in message
+    assert "\n" not in message
+
+
+def test_a_partitioned_variable_matches_its_whole_shape(ckpt_dir):
+    with tf.Graph().as_default():
+        assert check_model_matches_checkpoint(str(ckpt_dir), model_variables({"w": [1000]}, partitioned="w")) == 200

@@ -96,7 +96,8 @@ def test_task_output_splits_lines_across_reads_and_parses_progress(tmp_path):
         out.feed("stdout", b"")
     assert out.progress == [{"global_step": 3, "local_step": 2}]
     assert out.result == {"job": "worker", "local_steps": 9, "final_loss": 0.1} and out.steps == 9
-    assert echoed[0].startswith("[worker:1] ps_toolkit progress:") and "[worker:1] warning" in echoed
+    # Progress records go to the status line and chart, not the console.
+    assert echoed[0] == "[worker:1] plain" and "[worker:1] warning" in echoed
     assert (tmp_path / "log").read_text().splitlines()[1] == "plain"
 
 

@@ -32,7 +32,8 @@ tf.flags.DEFINE_integer("n_epochs", 50, "epochs each worker runs over its copy o
 def main(_):
     validation_size = FLAGS.validation_size
     if validation_size is None:
-        validation_size = 0 if os.path.samefile(FLAGS.data_dir, EMBEDDED_DIGITS) else 5000
+        embedded = os.path.isdir(FLAGS.data_dir) and os.path.samefile(FLAGS.data_dir, EMBEDDED_DIGITS)
+        validation_size = 0 if embedded else 5000  # a missing folder: read_data_sets says so in one line
     mnist = input_data.read_data_sets(FLAGS.data_dir, one_hot=True, validation_size=validation_size)
 
     ps = FLAGS.ps_hosts.split(",")

@@ -1,0 +1,64 @@
+"""The console shows the toolkit's lines; TensorFlow's start-up and shutdown noise goes to the task logs only."""
+
+from ps_toolkit.task_output import ConsoleFilter, TaskOutput
+
+# (stream, line, shown on the console), in the order a quick-start worker prints them.
+QUICK_START_LINES = [
+    ("stderr", "I1123 06:12:52.011063 139824639929216 run_task.py:62] /job:worker/task:0 of TF_CONFIG", True),
+    ("stderr", "WARNING: All log messages before absl::InitializeLog() is called are written to STDERR", False),
+    ("stderr", "I0000 00:00:1795414372.426789   10729 port.cc:153] oneDNN custom operations are on.", False),
+    ("stderr", "I0000 00:00:1795414372.518758   10729 cpu_feature_guard.cc:227] This TensorFlow binary is", False),
+    ("stderr", "To enable the following instructions: AVX2 AVX512F FMA, in other operations, rebuild", False),
+    ("stderr", "E0000 00:00:1795414374.483985   10729 cuda_platform.cc:52] failed call to cuInit: INTERNAL", False),
+    ("stderr", "I1123 06:12:58.513796 139824639929216 server.py:103] started /job:worker/task:0 at localhost:1", True),
+    ("stderr", "W1123 06:12:58.910455 139824639929216 deprecation.py:50] From fast_path.py:67: calling", False),
+    ("stderr", "Instructions for updating:", False),
+    ("stderr", "back_prop=False is deprecated. Consider using tf.stop_gradient instead.", False),
+    ("stderr", "I1123 06:12:59.110145 139824639929216 placement.py:258] ps task   variables   bytes", True),
+    ("stderr", "I1123 06:12:59.123905 139824639929216 basic_session_run_hooks.py:557] Create a hook.", False),
+    ("stderr", "W0000 00:00:1795414379.780371   11162 local_rendezvous.cc:412] Local rendezvous is aborting", False),
+    ("stdout", 'ps_toolkit progress: {"job": "worker", "task": 0, "global_step": 280}', False),
+    ("stderr", "W0000 00:00:1795414382.050966   11283 master_session.cc:2166] UNAVAILABLE: Socket closed", False),
+    ("stderr", "Additional GRPC error information from remote target /job:ps/replica:0/task:0 while calling", False),
+    ("stdout", '{"job": "worker", "task": 0, "global_step": 1001, "local_steps": 580, "final_loss": 0.1}', True),
+]
+
+
+def test_console_shows_the_toolkits_lines_and_hides_tensorflows():
+    console = ConsoleFilter()
+    for stream, line, shown in QUICK_START_LINES:
+        assert console.shows(stream, line) == shown, line
+
+
+def test_errors_tracebacks_and_plain_output_are_shown_even_after_hidden_lines():
+    console = ConsoleFilter()
+    assert not console.shows("stderr", "W0000 00:00:1795414379.780371   11162 local_rendezvous.cc:412] ABORTED")
+    assert console.shows("stderr", "Traceback (most recent call last):")
+    assert console.shows("stderr", '  File "x.py", line 3, in <module>')  # the traceback goes on
+    assert not console.shows("stderr", "E0000 00:00:1795414374.483985   10729 cuda_platform.cc:52] cuInit")
+    assert console.shows("stderr", "run_task.py: error: --train_steps=0 must be positive")
+    assert console.shows("stderr", "watchdog: /job:worker/task:1: no progress for 300s")
+    assert console.shows("stderr", "F0000 00:00:1795414374.483985   10729 some_op.cc:52] Check failed: x")
+    assert console.shows("stdout", "Step: 100, accuracy 0.91")  # a legacy script's print
+    # A legacy script's own logging is its own, not TensorFlow's.
+    assert console.shows("stderr", "I1123 06:12:59.110145 1398 mnist_softmax_async.py:80] step 100")
+
+
+def test_the_log_file_keeps_every_line(tmp_path):
+    echoed = []
+    path = tmp_path / "worker-0.log"
+    output = TaskOutput("worker:0", open(path, "ab"), echoed.append)  # noqa: SIM115 - closed below
+    for stream, line, _shown in QUICK_START_LINES:
+        output.feed(stream, line.encode() + b"\n")
+    output.close()
+    assert path.read_text().splitlines() == [line for _s, line, _shown in QUICK_START_LINES]
+    assert echoed == [f"[worker:0] {line}" for _s, line, shown in QUICK_START_LINES if shown]
+
+
+def test_a_legacy_scripts_printed_steps_and_accuracy_are_picked_up(tmp_path):
+    output = TaskOutput("worker:1", open(tmp_path / "log", "ab"), None)  # noqa: SIM115 - closed below
+    output.feed("stdout", b"worker=1,epoch=9,global_step=121, local_step=61, loss = 0.31\n")
+    output.feed("stdout", b"worker 1: done after 580 local steps, test accuracy 0.9132\n")
+    output.close()
+    assert output.result is None
+    assert output.steps == 580 and output.printed_accuracy == 0.9132
