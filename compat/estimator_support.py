@@ -37,7 +37,8 @@ SUPPLIED = {
         "the bridge to TF's distribute coordinator (removed with it in TF 2.16); the estimator asks it "
         "should_run_distribute_coordinator(config) before every train_and_evaluate, and RunConfig calls "
         "init_run_config when train_distribute is set. Supplied: False, so the estimator's own between-graph "
-        "path from TF_CONFIG runs, and init_run_config for a local distribution strategy"
+        "path from TF_CONFIG runs; init_run_config for a local distribution strategy; its three coordinator "
+        "entry points (estimator_train, estimator_evaluate, train_and_evaluate) as one-line errors"
     ),
     "tensorflow.python.tpu.tpu_embedding": (
         "TPU embedding tables (TF 2.16 removed the TF1 version); the estimator's TPUEstimator imports seven "
@@ -146,11 +147,23 @@ def init_run_config(config, tf_config: dict) -> None:
     config._init_distributed_setting_from_environment_var(tf_config)
 
 
+def _coordinator_only(name: str):
+    """A coordinator entry point: reached only in coordinator mode, which init_run_config never sets."""
+
+    def refuse(*args, **kwargs):
+        raise ConfigError(f"estimator_training.{name} needs TensorFlow's distribute coordinator, removed in TF 2.16")
+
+    refuse.__name__ = name
+    return refuse
+
+
 def _estimator_training_module() -> types.ModuleType:
     name = "tensorflow.python.distribute.estimator_training"
     module = types.ModuleType(name, SUPPLIED[name])
     module.should_run_distribute_coordinator = should_run_distribute_coordinator
     module.init_run_config = init_run_config
+    for entry in ("estimator_train", "estimator_evaluate", "train_and_evaluate"):
+        setattr(module, entry, _coordinator_only(entry))
     return module
 
 
