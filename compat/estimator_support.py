@@ -46,12 +46,10 @@ SUPPLIED = {
         "name, is a one-line error (no TPU support)"
     ),
     "tensorflow.python.tpu.session_support": (
-        "TPU worker watchdogs and shutdown hooks, imported by TPUEstimator at import time; any use is a "
-        "one-line error"
+        "TPU worker watchdogs and shutdown hooks, imported by TPUEstimator at import time; any use is a one-line error"
     ),
     "tensorflow.python.tpu.tpu_embedding_gradient": (
-        "gradients through TPU embedding tables, imported by TPUEstimator at import time; any use is a "
-        "one-line error"
+        "gradients through TPU embedding tables, imported by TPUEstimator at import time; any use is a one-line error"
     ),
     "tensorflow.python.util.tf_export.ESTIMATOR_API_NAME": (
         "the 'estimator' API name every @estimator_export decorator passes to tf_export.api_export, and its "

@@ -22,7 +22,8 @@ def run_legacy(*args, env=None, timeout=240):
     full = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2")
     full.pop("TF_CONFIG", None)
     full.update(env or {})
-    return subprocess.run([sys.executable, RUN_LEGACY, *args], capture_output=True, text=True, timeout=timeout, env=full)
+    command = [sys.executable, RUN_LEGACY, *args]
+    return subprocess.run(command, capture_output=True, text=True, timeout=timeout, env=full)
 
 
 def explain(proc) -> str:
@@ -31,7 +32,8 @@ def explain(proc) -> str:
 
 def _tf_python_uses(path):
     """(module, name) for each ``from tensorflow.python.X import Y`` and each ``Y.attr`` on such a module Y."""
-    tree = ast.parse(open(path, encoding="utf-8").read())
+    with open(path, encoding="utf-8") as handle:
+        tree = ast.parse(handle.read())
     aliases, uses = {}, []
     for node in ast.walk(tree):
         if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("tensorflow.python"):
