@@ -16,7 +16,8 @@
   chief's model every second, 2 s stop grace, device filters), a
   ``SyncReplicasOptimizer``'s token queue is refilled when a replica ends so no
   replica stays blocked on it, and each tells the ps it is done.
-- evaluator: waits and ends as ``compat.evaluator_watch`` describes.
+- evaluator: waits and ends as ``compat.evaluator_watch`` describes (the
+  chief marks the end of its training in the model dir for it).
 - every task: a server whose port is taken fails in one line (exit 4, which the
   local launcher answers with fresh ports); TF_CONFIG and input_fn mistakes are
   one-line errors (``compat.estimator_inputs``).
@@ -38,7 +39,13 @@ from tensorflow_estimator.python.estimator import estimator as estimator_lib  # 
 from tensorflow_estimator.python.estimator import training as training_lib  # noqa: E402
 
 from compat import estimator_inputs, supervision, task_context  # noqa: E402
-from compat.evaluator_watch import CheckpointWatch, EvaluatorClock, orphan_secs_from_env  # noqa: E402
+from compat.evaluator_watch import (  # noqa: E402
+    CheckpointWatch,
+    EvaluatorClock,
+    mark_training_finished,
+    mark_training_started,
+    orphan_secs_from_env,
+)
 from ps_toolkit.cluster import CHIEF, ClusterConfig  # noqa: E402
 from ps_toolkit.preflight import check_host_resolves, check_port_free  # noqa: E402
 from ps_toolkit.server import serve_until_done, signal_done  # noqa: E402
@@ -76,13 +83,16 @@ def _chief_address() -> str | None:
     return None
 
 
-class _ReleasingEvalListener(training_lib._ContinuousEvalListener):  # noqa: SLF001 -- the estimator's hook point
+class _WatchingEvalListener(training_lib._ContinuousEvalListener):  # noqa: SLF001 -- the estimator's hook point
     """Tells the watch which checkpoint was evaluated, and checks the chief after every pass."""
 
     def __init__(self, watch: CheckpointWatch, inner):
         self._watch, self._inner = watch, inner
 
     def before_eval(self):
+        if self._watch.training_over():
+            log.info("evaluator: the chief finished training and its last checkpoint is evaluated; exiting")
+            return False
         return self._inner.before_eval()
 
     def after_eval(self, eval_result):
@@ -113,7 +123,9 @@ class TrainingExecutor(training_lib._TrainingExecutor):  # noqa: SLF001 -- what 
         raise SystemExit(0)
 
     def run_chief(self):
+        mark_training_started(self._estimator.model_dir)
         result = super().run_chief()
+        mark_training_finished(self._estimator.model_dir)
         self._signal_done()
         return result
 
@@ -130,7 +142,7 @@ class TrainingExecutor(training_lib._TrainingExecutor):  # noqa: SLF001 -- what 
         watch = CheckpointWatch(
             self._estimator.model_dir, self._train_spec.max_steps, _chief_address(), orphan_secs_from_env()
         )
-        self._continuous_eval_listener = _ReleasingEvalListener(watch, self._continuous_eval_listener)
+        self._continuous_eval_listener = _WatchingEvalListener(watch, self._continuous_eval_listener)
         _CLOCK.watch = watch
         try:
             return super().run_evaluator()

@@ -1,6 +1,5 @@
 """tf.estimator.train_and_evaluate on a real local cluster (chief, worker, ps, evaluator): every task ends by itself."""
 
-import glob
 import json
 import os
 import re
@@ -8,6 +7,7 @@ import re
 import numpy as np
 import pytest
 import tensorflow as tf
+from fixtures_legacy.eval_summaries import evaluated_steps, final_checkpoint
 from fixtures_legacy.launch import launch, legacy
 
 pytestmark = pytest.mark.slow
@@ -36,8 +36,8 @@ def run_cluster(tmp_path, model: str):
         assert re.search(rf"^{task}\s+\S+\s+0 \(finished\)", summary, re.M), summary + run.describe()
     # Every task had ended when the launcher wrote its summary: within 30 s of the final checkpoint
     # (at MAX_STEPS, or a step past it: an async worker's last update may land after the chief's).
-    final = tf.train.latest_checkpoint(str(model_dir))
-    assert final and int(final.rsplit("-", 1)[1]) >= MAX_STEPS, os.listdir(model_dir)
+    final, step = final_checkpoint(model_dir)
+    assert step >= MAX_STEPS, os.listdir(model_dir)
     ended_after = os.path.getmtime(tmp_path / "run" / "summary.txt") - os.path.getmtime(final + ".index")
     assert ended_after <= 30, f"the last task ended {ended_after:.0f}s after the final checkpoint\n{run.describe()}"
     return run, model_dir
@@ -45,21 +45,10 @@ def run_cluster(tmp_path, model: str):
 
 def final_metrics(model_dir, run) -> dict:
     """The evaluator's metrics for the final checkpoint's step."""
-    step = int(tf.train.latest_checkpoint(str(model_dir)).rsplit("-", 1)[1])
+    _, step = final_checkpoint(model_dir)
     metrics = evaluated_steps(model_dir)
     assert step in metrics, (step, metrics, run.describe())
     return metrics[step]
-
-
-def evaluated_steps(model_dir) -> dict:
-    """{global step: {metric: value}} from the evaluator's summaries."""
-    found = {}
-    for path in glob.glob(str(model_dir / "eval" / "events.*")):
-        for event in tf.compat.v1.train.summary_iterator(path):
-            values = {v.tag: v.simple_value for v in event.summary.value if v.HasField("simple_value")}
-            if values:
-                found.setdefault(event.step, {}).update(values)
-    return found
 
 
 def test_canned_dnn_classifier_over_feature_columns(tmp_path):
