@@ -117,9 +117,12 @@ class CheckpointWatch:
         return at_max or self.finished_checkpoint() is not None
 
     def training_over(self) -> bool:
-        """True once the chief finished training and its last checkpoint has been evaluated."""
+        """True once the chief finished training and its last checkpoint has been evaluated.
+
+        Compared by file name: the chief and the evaluator may mount the model dir at different paths.
+        """
         final = self.finished_checkpoint()
-        return final is not None and final == self.last_evaluated
+        return final is not None and os.path.basename(final) == os.path.basename(self.last_evaluated or "")
 
     def check_chief(self) -> None:
         """Raises RetryableError once the chief has been unreachable for ``orphan_secs``."""
