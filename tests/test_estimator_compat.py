@@ -115,11 +115,24 @@ def _one_line_error(proc, script: str) -> str:
     return lines[-1]
 
 
-def test_input_fn_of_the_wrong_structure_is_one_line():
-    proc = run_legacy(os.path.join(FIXTURES, "estimator_bad_input.py"))
+@pytest.mark.parametrize(
+    ("case", "expected"),
+    [("three", "input_fn returned a tuple of 3 items"), ("array", "input_fn returned a ndarray whose features")],
+)
+def test_input_fn_of_the_wrong_structure_is_one_line(case, expected):
+    proc = run_legacy(os.path.join(FIXTURES, "estimator_bad_input.py"), case)
     assert proc.returncode == EXIT_CONFIG, explain(proc)
     line = _one_line_error(proc, "estimator_bad_input.py")
-    assert "input_fn returned a tuple of 3 items" in line, line
+    assert expected in line, line
+
+
+def test_distribute_coordinator_is_one_line():
+    tf_config = {"cluster": {"chief": ["localhost:1"], "ps": ["localhost:2"]}, "task": {"type": "chief", "index": 0}}
+    proc = run_legacy(
+        os.path.join(FIXTURES, "estimator_bad_input.py"), "coordinator", env={"TF_CONFIG": json.dumps(tf_config)}
+    )
+    assert proc.returncode == EXIT_CONFIG, explain(proc)
+    assert "distribute coordinator" in _one_line_error(proc, "estimator_bad_input.py")
 
 
 @pytest.mark.parametrize(
