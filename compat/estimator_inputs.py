@@ -90,7 +90,7 @@ def _wrap_run_config() -> None:
 def _describe(value) -> str:
     if isinstance(value, (list, tuple)):
         return f"a {type(value).__name__} of {len(value)} items"
-    return f"a {type(value).__name__}"
+    return f"a value of type {type(value).__name__}"
 
 
 def _check_part(value, what: str, result) -> None:

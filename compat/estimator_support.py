@@ -98,6 +98,23 @@ class _TpuOnlyModule(types.ModuleType):
         raise TpuRemovedError(f"{self.__name__}.{name}")
 
 
+class EstimatorUnavailableError(ConfigError, AttributeError):
+    """``tf.estimator`` could not be loaded; says why. An AttributeError, so ``hasattr(tf, ...)`` answers False."""
+
+
+class UnavailableApi(types.ModuleType):
+    """Stands in for ``tf.estimator`` when it cannot be loaded: every use is one line saying why."""
+
+    def __init__(self, reason: str):
+        super().__init__("tensorflow.estimator", reason)
+        self._reason = reason
+
+    def __getattr__(self, name: str):
+        if name.startswith("__"):
+            raise AttributeError(name)
+        raise EstimatorUnavailableError(f"tf.estimator.{name} is unavailable: {self._reason}")
+
+
 def _tpu_only_class(module: str, name: str) -> type:
     def __init__(self, *args, **kwargs):
         raise TpuRemovedError(f"{module}.{name}")
@@ -220,6 +237,14 @@ def problems() -> list[str]:
     if importlib.util.find_spec(PACKAGE) is None:
         found.append(f"the {PACKAGE} package is not installed (pip install tensorflow-estimator=={PINNED_VERSION})")
     return found
+
+
+def load_or_explain() -> EstimatorApi | UnavailableApi:
+    """``load()``, or a stand-in whose every use says why it failed (scripts without tf.estimator still run)."""
+    try:
+        return load()
+    except ConfigError as err:
+        return UnavailableApi(str(err))
 
 
 def load() -> EstimatorApi:

@@ -70,13 +70,22 @@ def _examples() -> dict[str, types.ModuleType]:
     }
 
 
-def _estimator_modules(api: estimator_support.EstimatorApi) -> dict[str, types.ModuleType]:
+def _estimator_modules(api) -> dict[str, types.ModuleType]:
     """``tensorflow.estimator`` and its submodules (``from tensorflow.estimator import export``), TF 1.x's API."""
+    if isinstance(api, estimator_support.UnavailableApi):
+        return {"tensorflow.estimator": api}
     return {("tensorflow.estimator." + name).rstrip("."): module for name, module in api.v1_modules.items()}
 
 
-def build(estimator_api: estimator_support.EstimatorApi) -> tuple[LegacyModule, dict[str, types.ModuleType]]:
-    """The legacy ``tensorflow`` module and the submodules to register beside it. No side effects."""
+def _estimator_v1(api) -> types.ModuleType:
+    return api if isinstance(api, estimator_support.UnavailableApi) else api.v1
+
+
+def build(estimator_api) -> tuple[LegacyModule, dict[str, types.ModuleType]]:
+    """The legacy ``tensorflow`` module and the submodules to register beside it. No side effects.
+
+    ``estimator_api`` is what ``estimator_support.load_or_explain()`` returned.
+    """
     train = LegacyModule(
         "tensorflow.train",
         "train.",
@@ -92,7 +101,7 @@ def build(estimator_api: estimator_support.EstimatorApi) -> tuple[LegacyModule, 
     submodules = {**_examples(), **contrib.MODULES, **_estimator_modules(estimator_api)}
     members = {
         "train": train,
-        "estimator": estimator_api.v1,
+        "estimator": _estimator_v1(estimator_api),
         "Session": supervision.Session,
         "contrib": contrib.contrib,
         "examples": submodules["tensorflow.examples"],
@@ -123,13 +132,14 @@ def install() -> LegacyModule:
     _v1.disable_v2_behavior()
     quiet_cancelled_queue_runners()
     # Before ``tensorflow`` is replaced: the estimator's modules import the real one.
-    estimator_api = estimator_support.load()
-    from compat import estimator_roles  # imports the package, so only after load()
+    estimator_api = estimator_support.load_or_explain()
+    if isinstance(estimator_api, estimator_support.EstimatorApi):
+        from compat import estimator_roles  # imports the package, so only after load()
 
-    estimator_roles.install()
-    # ``import tensorflow.compat.v1 as tf`` scripts (TF 2.0-2.15) find tf.estimator there too.
-    _v1.estimator = estimator_api.v1
-    _real_tf.compat.v2.estimator = estimator_api.v2
+        estimator_roles.install()
+        # ``import tensorflow.compat.v1 as tf`` scripts (TF 2.0-2.15) find tf.estimator there too.
+        _v1.estimator = estimator_api.v1
+        _real_tf.compat.v2.estimator = estimator_api.v2
     legacy, submodules = build(estimator_api)
     sys.modules.update(submodules)
     sys.modules["tensorflow"] = legacy

@@ -117,7 +117,10 @@ def _one_line_error(proc, script: str) -> str:
 
 @pytest.mark.parametrize(
     ("case", "expected"),
-    [("three", "input_fn returned a tuple of 3 items"), ("array", "input_fn returned a ndarray whose features")],
+    [
+        ("three", "input_fn returned a tuple of 3 items"),
+        ("array", "input_fn returned a value of type ndarray whose features"),
+    ],
 )
 def test_input_fn_of_the_wrong_structure_is_one_line(case, expected):
     proc = run_legacy(os.path.join(FIXTURES, "estimator_bad_input.py"), case)
@@ -173,3 +176,17 @@ def test_evaluator_without_any_checkpoint_gives_up_in_bounded_time(tmp_path):
     line = _one_line_error(proc, "estimator_cluster.py")
     assert "none was ever written" in line and chief in line, line
     assert elapsed < 60, f"the evaluator took {elapsed:.0f}s to give up (bound 3s + start-up)"
+
+
+def test_without_the_package_only_tf_estimator_fails_in_one_line():
+    from compat import legacy_tf
+
+    reason = "the tensorflow_estimator package is not installed (pip install tensorflow-estimator==2.15.0)"
+    legacy, submodules = legacy_tf.build(estimator_support.UnavailableApi(reason))
+    assert submodules["tensorflow.estimator"] is legacy.estimator
+    assert not hasattr(legacy.estimator, "Estimator")
+    with pytest.raises(
+        estimator_support.EstimatorUnavailableError, match=r"tf\.estimator\.RunConfig is unavailable: the"
+    ):
+        legacy.estimator.RunConfig  # noqa: B018 -- the attribute access is what fails
+    assert legacy.train.Server is not None  # the rest of the legacy surface is there
