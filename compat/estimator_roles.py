@@ -7,9 +7,9 @@
   done, then ends the process with status 0 (``ps_toolkit.server``'s done
   queues). The estimator's ps called ``server.join()`` and never returned, so
   no code after ``train_and_evaluate`` ran on a ps; none does here either.
-  Its wait for replicas that are gone is bounded (``--ps_orphan_timeout``'s
-  default, 300 s, then exit 3).
-- chief and workers: a worker waits ``WORKER_DELAY_SECS`` per task index, at
+  Its wait for replicas that are gone is bounded (300 s, the default of
+  run_task.py's --ps_orphan_timeout_secs, then exit 3).
+- chief (or the older "master") and workers: a worker waits ``WORKER_DELAY_SECS`` per task index, at
   most ``MAX_WORKER_DELAY_SECS``, before training (the estimator: 5 s per
   index, up to 60 s); their sessions come from
   ``compat.supervision.MonitoredTrainingSession`` (non-chiefs poll for the
@@ -125,6 +125,14 @@ class TrainingExecutor(training_lib._TrainingExecutor):  # noqa: SLF001 -- what 
     def run_chief(self):
         mark_training_started(self._estimator.model_dir)
         result = super().run_chief()
+        mark_training_finished(self._estimator.model_dir)
+        self._signal_done()
+        return result
+
+    def run_master(self):
+        """The TF 1.0-era "master" task: trains and evaluates in one process, as the chief does with an evaluator."""
+        mark_training_started(self._estimator.model_dir)
+        result = super().run_master()
         mark_training_finished(self._estimator.model_dir)
         self._signal_done()
         return result
