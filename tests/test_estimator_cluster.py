@@ -26,9 +26,10 @@ LAUNCHER = [
 TASKS = ("ps:0", "chief:0", "worker:0", "evaluator:0")
 
 
-def run_cluster(tmp_path, model: str):
+def run_cluster(tmp_path, model: str, *extra: str):
     model_dir = tmp_path / "model"
-    command = legacy(os.path.join(FIXTURES, "estimator_cluster.py"), f"--model={model}", f"--model_dir={model_dir}")
+    script = os.path.join(FIXTURES, "estimator_cluster.py")
+    command = legacy(script, f"--model={model}", f"--model_dir={model_dir}", *extra)
     run = launch(tmp_path / "run", LAUNCHER, [*command, f"--max_steps={MAX_STEPS}"], timeout_secs=180)
     assert run.returncode == 0, run.describe()
     summary = (tmp_path / "run" / "summary.txt").read_text()
@@ -66,8 +67,10 @@ def answers(export_dir: str) -> list:
         return session.run(signature.outputs["class"].name, feed).tolist()
 
 
-def test_custom_model_fn_with_sync_replicas_and_export(tmp_path):
-    run, model_dir = run_cluster(tmp_path, "custom")
+@pytest.mark.parametrize("spelling", ["tf1", "compat_v1"])
+def test_custom_model_fn_with_sync_replicas_and_export(tmp_path, spelling):
+    # compat_v1: TensorFlow's own SyncReplicasOptimizer class, found through its session hook.
+    run, model_dir = run_cluster(tmp_path, "custom", *(["--compat_v1"] if spelling == "compat_v1" else []))
     assert final_metrics(model_dir, run)["accuracy"] >= 0.9, run.describe()
     chief = [json.loads(line) for line in run.logs["chief-0"].splitlines() if line.startswith('{"task"')]
     assert chief and "export" in chief[-1], run.describe()

@@ -2,6 +2,7 @@
 
     --model=dnn     a canned DNNClassifier over feature columns
     --model=custom  a custom model_fn with SyncReplicasOptimizer and its hook, exported after training
+    --compat_v1     ``import tensorflow.compat.v1 as tf`` instead of ``import tensorflow as tf``
 
 The data are two labelled Gaussian blobs in 4 dimensions, made here from a
 fixed seed. The chief exports (custom model) after train_and_evaluate and
@@ -13,7 +14,11 @@ import json
 import sys
 
 import numpy as np
-import tensorflow as tf
+
+if "--compat_v1" in sys.argv:  # the TF 2.0-2.15 era's spelling: TensorFlow's own SyncReplicasOptimizer class
+    import tensorflow.compat.v1 as tf
+else:
+    import tensorflow as tf
 
 FEATURES = ["a", "b", "c", "d"]
 
@@ -93,6 +98,7 @@ if __name__ == "__main__":
     parser.add_argument("--model_dir", required=True)
     parser.add_argument("--max_steps", type=int, default=300)
     parser.add_argument("--checkpoint_steps", type=int, default=100)
+    parser.add_argument("--compat_v1", action="store_true")
     args, _ = parser.parse_known_args()  # a launcher's cluster flags are not this script's: TF_CONFIG is
     main(args)
     sys.exit(0)
