@@ -17,6 +17,8 @@ setup(
         "tensorflow>=2.16",
         # The maintained legacy Keras: restores tf.compat.v1.layers for old scripts.
         "tf-keras",
+        # tf.estimator for old scripts (compat/estimator_support.py): its last release, pure Python, no deps.
+        "tensorflow-estimator==2.15.0",
         "absl-py",
         "psutil",
         # Charts of loss and steps/s in the launcher's run folder.

@@ -5,8 +5,10 @@
 
 After ``install()``, ``import tensorflow as tf`` gives ``tf.compat.v1`` with
 v2 behaviour disabled, plus ``tf.contrib.training`` (the toolkit's placement
-strategies), ``tensorflow.examples.tutorials.mnist.input_data``, and session
-classes that start and end cleanly (``compat.supervision``). Any other name
+strategies), ``tensorflow.examples.tutorials.mnist.input_data``, session
+classes that start and end cleanly (``compat.supervision``), and the real
+``tf.estimator`` (``compat.estimator_support``; its cluster roles start and
+end like the sessions, ``compat.estimator_roles``). Any other name
 TF 2.21 lacks raises one line naming its replacement (``compat.removed``).
 Set ``TF_USE_LEGACY_KERAS=1`` before TensorFlow is first imported, or
 ``tf.layers`` is missing (scripts/run_legacy.py does).
@@ -20,7 +22,7 @@ import types
 
 import tensorflow as _real_tf
 
-from compat import contrib, mnist_input_data, supervision, task_context
+from compat import contrib, estimator_support, mnist_input_data, supervision, task_context
 from compat.removed import RemovedModuleError, RemovedSymbolError
 from ps_toolkit.hooks import quiet_cancelled_queue_runners
 
@@ -68,8 +70,22 @@ def _examples() -> dict[str, types.ModuleType]:
     }
 
 
-def build() -> tuple[LegacyModule, dict[str, types.ModuleType]]:
-    """The legacy ``tensorflow`` module and the submodules to register beside it. No side effects."""
+def _estimator_modules(api) -> dict[str, types.ModuleType]:
+    """``tensorflow.estimator`` and its submodules (``from tensorflow.estimator import export``), TF 1.x's API."""
+    if isinstance(api, estimator_support.UnavailableApi):
+        return {"tensorflow.estimator": api}
+    return {("tensorflow.estimator." + name).rstrip("."): module for name, module in api.v1_modules.items()}
+
+
+def _estimator_v1(api) -> types.ModuleType:
+    return api if isinstance(api, estimator_support.UnavailableApi) else api.v1
+
+
+def build(estimator_api) -> tuple[LegacyModule, dict[str, types.ModuleType]]:
+    """The legacy ``tensorflow`` module and the submodules to register beside it. No side effects.
+
+    ``estimator_api`` is what ``estimator_support.load_or_explain()`` returned.
+    """
     train = LegacyModule(
         "tensorflow.train",
         "train.",
@@ -82,9 +98,10 @@ def build() -> tuple[LegacyModule, dict[str, types.ModuleType]]:
             "SyncReplicasOptimizer": supervision.SyncReplicasOptimizer,
         },
     )
-    submodules = {**_examples(), **contrib.MODULES}
+    submodules = {**_examples(), **contrib.MODULES, **_estimator_modules(estimator_api)}
     members = {
         "train": train,
+        "estimator": _estimator_v1(estimator_api),
         "Session": supervision.Session,
         "contrib": contrib.contrib,
         "examples": submodules["tensorflow.examples"],
@@ -114,7 +131,16 @@ def install() -> LegacyModule:
         return current
     _v1.disable_v2_behavior()
     quiet_cancelled_queue_runners()
-    legacy, submodules = build()
+    # Before ``tensorflow`` is replaced: the estimator's modules import the real one.
+    estimator_api = estimator_support.load_or_explain()
+    if isinstance(estimator_api, estimator_support.EstimatorApi):
+        from compat import estimator_roles  # imports the package, so only after load()
+
+        estimator_roles.install()
+        # ``import tensorflow.compat.v1 as tf`` scripts (TF 2.0-2.15) find tf.estimator there too.
+        _v1.estimator = estimator_api.v1
+        _real_tf.compat.v2.estimator = estimator_api.v2
+    legacy, submodules = build(estimator_api)
     sys.modules.update(submodules)
     sys.modules["tensorflow"] = legacy
     sys.meta_path.insert(0, _RemovedModuleFinder())

@@ -10,7 +10,7 @@ REPLACEMENTS = {
     "contrib": "the maintained package that replaced that part (see below), or tf.keras",
     "contrib.slim": "the tf-slim package (pip install tf-slim) or tf.keras layers",
     "contrib.layers": "tf.compat.v1.layers (tf-keras) or tf.keras.layers",
-    "contrib.learn": "ps_toolkit.estimator.train_and_evaluate or a tf.keras Model",
+    "contrib.learn": "tf.estimator (provided: the tensorflow-estimator package) or a tf.keras Model",
     "contrib.rnn": "tf.keras.layers.LSTMCell / GRUCell / RNN",
     "contrib.seq2seq": "tensorflow-addons' seq2seq (archived) or keras-nlp",
     "contrib.distribute": "tf.distribute",
@@ -26,9 +26,8 @@ REPLACEMENTS = {
     "contrib.predictor": "tf.saved_model.load",
     "contrib.training.HParams": "a dataclass or absl flags",
     "contrib.training": "ps_toolkit.placement (GreedyLoadBalancingStrategy, byte_size_load_fn, RandomStrategy)",
-    "estimator": "ps_toolkit.estimator.train_and_evaluate (RunConfig, TrainSpec, EvalSpec)",
     "examples": "tensorflow.examples.tutorials.mnist.input_data (provided) or tf.keras.datasets",
-    "keras.estimator": "ps_toolkit.estimator.train_and_evaluate",
+    "keras.estimator": "tf.estimator.Estimator with a model_fn, or tf.keras Model.fit",
     "train.queue_runner": "tf.compat.v1.train.QueueRunner or tf.data",
 }
 DEFAULT_REPLACEMENT = "its tf.compat.v1 or TensorFlow 2 equivalent (see the TF 2 migration guide)"

@@ -45,10 +45,25 @@ class SyncReplicasOptimizer(_v1.train.SyncReplicasOptimizer):
         train_op = super().apply_gradients(grads_and_vars, global_step=global_step, name=name)
         if global_step is not None:  # TF itself raises without one
             # Built now: Supervisor and MonitoredSession finalize the graph before training.
-            # SyncReplicasOptimizer keeps its one shared token queue private.
-            queue = self._sync_token_queue  # noqa: SLF001
-            _v1.add_to_collection(_RELEASE_COLLECTION, release_tokens_op([queue], global_step, RELEASE_TOKENS))
+            add_release_op(self, global_step)
         return train_op
+
+
+def add_release_op(optimizer, global_step=None) -> None:
+    """Adds the op that refills ``optimizer``'s sync token queue to the graph's release ops; once per optimizer.
+
+    ``optimizer`` is any ``tf.compat.v1.train.SyncReplicasOptimizer`` whose
+    gradients were applied; ``global_step`` defaults to the graph's.
+    """
+    if getattr(optimizer, "_ps_toolkit_release_added", False):
+        return
+    # SyncReplicasOptimizer keeps its one shared token queue private.
+    queue = optimizer._sync_token_queue  # noqa: SLF001
+    if queue is None:
+        return  # its gradients were never applied: no queue, nothing blocks on it
+    step = global_step if global_step is not None else _v1.train.get_global_step()
+    _v1.add_to_collection(_RELEASE_COLLECTION, release_tokens_op([queue], step, RELEASE_TOKENS))
+    optimizer._ps_toolkit_release_added = True
 
 
 def release_ops(graph) -> list:

@@ -1,62 +1,95 @@
-"""The train_and_evaluate MNIST example on ps_toolkit.estimator: TF_CONFIG roles chief, worker, ps, evaluator.
+"""MNIST with a custom tf.estimator and train_and_evaluate, TF 1.x style: seed 003's four TF_CONFIG roles.
 
-    python scripts/launch_local.py --chief --num_workers=1 --num_ps=1 --evaluator --grace_secs=30 --ps_grace_secs=10 \
-        -- python scripts/examples/mnist_train_and_evaluate.py --model_dir=/tmp/mnist_tae
+    python scripts/launch_local.py --chief --num_workers=1 --num_ps=1 --evaluator \
+        -- python scripts/run_legacy.py scripts/examples/mnist_train_and_evaluate.py --model_dir=/tmp/mnist_tae
 
-or one terminal per task, each with its own TF_CONFIG (seed 003's commands):
+or one terminal per task, each with its own TF_CONFIG (seed 003's commands; the evaluator is not part of the
+training cluster):
 
-    TF_CONFIG='{"cluster": {"chief": ["localhost:2000"], "worker": ["localhost:2001"], "ps": ["localhost:2002"],
-      "evaluator": ["localhost:2003"]}, "task": {"type": "ps", "index": 0}}' \
-      python scripts/examples/mnist_train_and_evaluate.py --model_dir=/tmp/mnist_tae    # then chief, worker, evaluator
+    TF_CONFIG='{"cluster": {"chief": ["localhost:2000"], "worker": ["localhost:2001"], "ps": ["localhost:2002"]},
+      "task": {"type": "ps", "index": 0}}' \
+      python scripts/run_legacy.py scripts/examples/mnist_train_and_evaluate.py --model_dir=/tmp/mnist_tae
+    # then "chief", "worker" and "evaluator" as the task type
 
-The chief writes checkpoints and summaries to --model_dir; the evaluator
-evaluates each new checkpoint and writes eval summaries to <model_dir>/eval
-until the one at --max_steps; the ps exits once every replica is done.
+and without TF_CONFIG it trains and evaluates in one process (seed 003's "local training").
+
+A 784-128-10 network from tf.layers in a model_fn, Adam, accuracy as its
+evaluation metric; the chief writes checkpoints and summaries to --model_dir,
+the evaluator evaluates each new checkpoint on the test digits and writes
+<model_dir>/eval, until the one at --max_steps. Each task, ps included, ends by
+itself with status 0 (the compat layer's start and end, compat/estimator_roles.py).
 """
 
+import argparse
 import os
 import sys
 
-from absl import app, flags
+import tensorflow as tf
+from tensorflow.examples.tutorials.mnist import input_data
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", ".."))
-
-from ps_toolkit.estimator import EvalSpec, RunConfig, TrainSpec, train_and_evaluate  # noqa: E402
-
-from ps_toolkit import cli  # noqa: E402
-
-_MODEL_DIR = flags.DEFINE_string("model_dir", None, "Shared model directory: checkpoints, summaries, eval/.")
-_MAX_STEPS = flags.DEFINE_integer("max_steps", 1000, "Global steps to train for.")
-_MODEL = flags.DEFINE_string("model", "softmax", "softmax, mlp, wide or cnn.")
-_DATA_DIR = flags.DEFINE_string("data_dir", None, "Folder with the MNIST IDX files; default the embedded digits.")
-_CHECKPOINT_STEPS = flags.DEFINE_integer("save_checkpoints_steps", 200, "RunConfig save_checkpoints_steps.")
-_SUMMARY_STEPS = flags.DEFINE_integer("save_summary_steps", 100, "RunConfig save_summary_steps.")
-_EVAL_STEPS = flags.DEFINE_integer("eval_steps", None, "EvalSpec steps: test batches per evaluation (default all).")
-_THROTTLE = flags.DEFINE_float("throttle_secs", 2.0, "EvalSpec throttle_secs: at most one evaluation this often.")
+EMBEDDED_DIGITS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "ps_toolkit", "embedded_digits")
+FLAGS = None
 
 
-def main(argv):
-    del argv  # the launcher's --ps_hosts/--job_name/... agree with TF_CONFIG, which is what is read
-    if not _MODEL_DIR.value:
-        cli.fail("--model_dir is required: the folder every task shares")
-    run_config = RunConfig(
-        model_dir=_MODEL_DIR.value,
-        save_checkpoints_steps=_CHECKPOINT_STEPS.value,
-        save_summary_steps=_SUMMARY_STEPS.value,
+def model_fn(features, labels, mode, params):
+    hidden = tf.layers.dense(features["image"], params["hidden_units"], activation=tf.nn.relu, name="hidden")
+    logits = tf.layers.dense(hidden, 10, name="logits")
+    classes = tf.argmax(logits, axis=1)
+    if mode == tf.estimator.ModeKeys.PREDICT:
+        predictions = {"class": classes, "probabilities": tf.nn.softmax(logits)}
+        return tf.estimator.EstimatorSpec(mode, predictions=predictions)
+    loss = tf.losses.sparse_softmax_cross_entropy(labels=labels, logits=logits)
+    if mode == tf.estimator.ModeKeys.EVAL:
+        metrics = {"accuracy": tf.metrics.accuracy(labels=labels, predictions=classes)}
+        return tf.estimator.EstimatorSpec(mode, loss=loss, eval_metric_ops=metrics)
+    optimizer = tf.train.AdamOptimizer(params["learning_rate"])
+    train_op = optimizer.minimize(loss, global_step=tf.train.get_global_step())
+    return tf.estimator.EstimatorSpec(mode, loss=loss, train_op=train_op)
+
+
+def input_fn(images, labels, batch_size, train):
+    def fn():
+        dataset = tf.data.Dataset.from_tensor_slices(({"image": images}, labels.astype("int32")))
+        if train:
+            dataset = dataset.shuffle(len(images)).repeat()
+        return dataset.batch(batch_size)
+
+    return fn
+
+
+def main(_):
+    mnist = input_data.read_data_sets(FLAGS.data_dir, validation_size=0)
+    run_config = tf.estimator.RunConfig(
+        model_dir=FLAGS.model_dir,
+        save_checkpoints_steps=FLAGS.save_checkpoints_steps,
+        save_summary_steps=100,
     )
-    train_spec = TrainSpec(max_steps=_MAX_STEPS.value, model=_MODEL.value, data_dir=_DATA_DIR.value)
-    eval_spec = EvalSpec(steps=_EVAL_STEPS.value, throttle_secs=_THROTTLE.value)
-    with cli.user_errors():
-        train_and_evaluate(run_config, train_spec, eval_spec)
-
-
-def _parse(argv):
-    # Cluster flags a launcher appends are not ours: TF_CONFIG carries the cluster.
-    try:
-        return flags.FLAGS(argv, known_only=True)
-    except flags.Error as err:
-        cli.fail(str(err))
+    estimator = tf.estimator.Estimator(
+        model_fn=model_fn, config=run_config, params={"hidden_units": 128, "learning_rate": FLAGS.learning_rate}
+    )
+    train_spec = tf.estimator.TrainSpec(
+        input_fn=input_fn(mnist.train.images, mnist.train.labels, FLAGS.batch_size, train=True),
+        max_steps=FLAGS.max_steps,
+    )
+    eval_spec = tf.estimator.EvalSpec(
+        input_fn=input_fn(mnist.test.images, mnist.test.labels, 100, train=False),
+        steps=None,
+        throttle_secs=FLAGS.throttle_secs,
+    )
+    result = tf.estimator.train_and_evaluate(estimator, train_spec, eval_spec)
+    if result is not None:  # local training returns (metrics, export results); distributed roles return None
+        metrics = result[0]
+        print(f"test accuracy {metrics['accuracy']:.4f} at step {metrics['global_step']}")
 
 
 if __name__ == "__main__":
-    app.run(main, flags_parser=_parse)
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--model_dir", default="/tmp/mnist_train_and_evaluate", help="shared by every task")
+    parser.add_argument("--data_dir", default=EMBEDDED_DIGITS, help="folder with the four MNIST IDX gzip files")
+    parser.add_argument("--max_steps", type=int, default=1000)
+    parser.add_argument("--batch_size", type=int, default=100)
+    parser.add_argument("--learning_rate", type=float, default=0.001)
+    parser.add_argument("--save_checkpoints_steps", type=int, default=200)
+    parser.add_argument("--throttle_secs", type=int, default=5)
+    FLAGS, unparsed = parser.parse_known_args()
+    tf.app.run(main=main, argv=[sys.argv[0]] + unparsed)

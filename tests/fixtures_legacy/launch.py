@@ -36,8 +36,8 @@ class Launch:
         return found
 
 
-def launch(log_dir, launcher_args, command, *, timeout_secs: float = 150.0) -> Launch:
-    """``launch_local.py LAUNCHER_ARGS -- COMMAND``; the launcher's own timeout ends every task first."""
+def launch(log_dir, launcher_args, command, *, timeout_secs: float = 150.0, cwd=REPO) -> Launch:
+    """``launch_local.py LAUNCHER_ARGS -- COMMAND`` run in ``cwd``; the launcher's own timeout ends every task first."""
     argv = [
         sys.executable,
         LAUNCH_LOCAL,
@@ -50,7 +50,7 @@ def launch(log_dir, launcher_args, command, *, timeout_secs: float = 150.0) -> L
         *command,
     ]
     env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2")
-    proc = subprocess.run(argv, capture_output=True, text=True, timeout=timeout_secs + 60, env=env, cwd=REPO)
+    proc = subprocess.run(argv, capture_output=True, text=True, timeout=timeout_secs + 60, env=env, cwd=cwd)
     logs = {}
     for name in os.listdir(log_dir):
         if name.endswith(".log"):

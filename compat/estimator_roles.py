@@ -1,0 +1,191 @@
+"""``tf.estimator.train_and_evaluate`` on a TF_CONFIG cluster: every role starts promptly and ends by itself.
+
+``install()`` applies these to the loaded tensorflow-estimator package (its
+``_TrainingExecutor`` is what train_and_evaluate runs on each task):
+
+- ps: serves until every replica (chief and workers) has told it that it is
+  done, then ends the process with status 0 (``ps_toolkit.server``'s done
+  queues). The estimator's ps called ``server.join()`` and never returned, so
+  no code after ``train_and_evaluate`` ran on a ps; none does here either.
+  Its wait for replicas that are gone is bounded (300 s, the default of
+  run_task.py's --ps_orphan_timeout_secs, then exit 3).
+- chief (or the older "master") and workers: a worker waits ``WORKER_DELAY_SECS`` per task index, at
+  most ``MAX_WORKER_DELAY_SECS``, before training (the estimator: 5 s per
+  index, up to 60 s); their sessions come from
+  ``compat.supervision.MonitoredTrainingSession`` (non-chiefs poll for the
+  chief's model every second, 2 s stop grace, device filters), a
+  ``SyncReplicasOptimizer``'s token queue is refilled when a replica ends so no
+  replica stays blocked on it, and each tells the ps it is done.
+- evaluator: waits and ends as ``compat.evaluator_watch`` describes (the
+  chief marks the end of its training in the model dir for it).
+- every task: a server whose port is taken fails in one line (exit 4, which the
+  local launcher answers with fresh ports); TF_CONFIG and input_fn mistakes are
+  one-line errors (``compat.estimator_inputs``).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import types
+
+from compat import estimator_support
+
+estimator_support.load()  # the package imports only once TensorFlow's dropped internals are supplied
+
+from tensorflow.python.training import sync_replicas_optimizer  # noqa: E402
+from tensorflow_estimator.python.estimator import estimator as estimator_lib  # noqa: E402
+from tensorflow_estimator.python.estimator import training as training_lib  # noqa: E402
+
+from compat import estimator_inputs, supervision, task_context  # noqa: E402
+from compat.evaluator_watch import (  # noqa: E402
+    CheckpointWatch,
+    EvaluatorClock,
+    mark_training_finished,
+    mark_training_started,
+    orphan_secs_from_env,
+)
+from ps_toolkit.cluster import CHIEF, ClusterConfig  # noqa: E402
+from ps_toolkit.preflight import check_host_resolves, check_port_free  # noqa: E402
+from ps_toolkit.server import serve_until_done, signal_done  # noqa: E402
+
+log = logging.getLogger(__name__)
+
+WORKER_DELAY_SECS = 1
+MAX_WORKER_DELAY_SECS = 5
+PS_ORPHAN_SECS = 300.0
+_CLOCK = EvaluatorClock()
+
+
+class _DelegatingModule(types.ModuleType):
+    """A module's stand-in: the given members, then everything else of ``base``."""
+
+    def __init__(self, base: types.ModuleType, members: dict):
+        super().__init__(base.__name__, base.__doc__)
+        self.__dict__.update(members)
+        self._base = base
+
+    def __getattr__(self, name: str):
+        return getattr(self._base, name)
+
+
+def _cluster() -> ClusterConfig:
+    """This task's cluster, from TF_CONFIG (already checked by RunConfig, see compat.estimator_inputs)."""
+    return ClusterConfig.from_tf_config(os.environ.get("TF_CONFIG", "{}"))
+
+
+def _chief_address() -> str | None:
+    cluster = json.loads(os.environ.get("TF_CONFIG", "{}")).get("cluster", {})
+    for job in (CHIEF, "master"):
+        if cluster.get(job):
+            return cluster[job][0]
+    return None
+
+
+class _WatchingEvalListener(training_lib._ContinuousEvalListener):  # noqa: SLF001 -- the estimator's hook point
+    """Tells the watch which checkpoint was evaluated, and checks the chief after every pass."""
+
+    def __init__(self, watch: CheckpointWatch, inner):
+        self._watch, self._inner = watch, inner
+
+    def before_eval(self):
+        if self._watch.training_over():
+            log.info("evaluator: the chief finished training and its last checkpoint is evaluated; exiting")
+            return False
+        return self._inner.before_eval()
+
+    def after_eval(self, eval_result):
+        if eval_result.checkpoint_path:
+            self._watch.evaluated(eval_result.checkpoint_path)
+        self._watch.check_chief()
+        return self._inner.after_eval(eval_result)
+
+
+class TrainingExecutor(training_lib._TrainingExecutor):  # noqa: SLF001 -- what train_and_evaluate instantiates
+    """The estimator's per-role executor with the compat layer's start and end."""
+
+    _server = None
+
+    def _start_std_server(self, config):
+        cluster = _cluster()
+        check_host_resolves(cluster)
+        check_port_free(cluster)
+        task_context.set_task(cluster.task_type, cluster.task_index)
+        self._server = super()._start_std_server(config)
+        return self._server
+
+    def run_ps(self):
+        server = self._start_std_server(self._estimator.config)
+        cluster = _cluster()
+        order = serve_until_done(cluster, server, orphan_timeout_secs=PS_ORPHAN_SECS)
+        log.info("%s: every replica is done (%s); exiting", cluster.device, order)
+        raise SystemExit(0)
+
+    def run_chief(self):
+        mark_training_started(self._estimator.model_dir)
+        result = super().run_chief()
+        mark_training_finished(self._estimator.model_dir)
+        self._signal_done()
+        return result
+
+    def run_master(self):
+        """The TF 1.0-era "master" task: trains and evaluates in one process, as the chief does with an evaluator."""
+        mark_training_started(self._estimator.model_dir)
+        result = super().run_master()
+        mark_training_finished(self._estimator.model_dir)
+        self._signal_done()
+        return result
+
+    def run_worker(self):
+        result = super().run_worker()
+        self._signal_done()
+        return result
+
+    def _signal_done(self):
+        if self._server is not None:
+            signal_done(_cluster(), self._server.target)
+
+    def run_evaluator(self):
+        watch = CheckpointWatch(
+            self._estimator.model_dir, self._train_spec.max_steps, _chief_address(), orphan_secs_from_env()
+        )
+        self._continuous_eval_listener = _WatchingEvalListener(watch, self._continuous_eval_listener)
+        _CLOCK.watch = watch
+        try:
+            return super().run_evaluator()
+        finally:
+            _CLOCK.watch = None
+
+
+def _sync_optimizers(hooks) -> list:
+    """The SyncReplicasOptimizers whose session hooks are among ``hooks``."""
+    hook_type = sync_replicas_optimizer._SyncReplicasOptimizerHook  # noqa: SLF001 -- make_session_run_hook's type
+    return [hook._sync_optimizer for hook in hooks if isinstance(hook, hook_type)]  # noqa: SLF001
+
+
+def monitored_training_session(**kwargs):
+    """The estimator's MonitoredTrainingSession: compat.supervision's, with sync token release.
+
+    A model_fn's ``tf.compat.v1.train.SyncReplicasOptimizer`` (TensorFlow's own
+    class, not the compat one) gets its release op here, while the graph can
+    still grow.
+    """
+    hooks = [*(kwargs.get("hooks") or []), *(kwargs.get("chief_only_hooks") or [])]
+    for optimizer in _sync_optimizers(hooks):
+        supervision.add_release_op(optimizer)
+    return supervision.MonitoredTrainingSession(**kwargs)
+
+
+def install() -> None:
+    """Applies the role fixes to the loaded estimator package. Idempotent."""
+    if training_lib._TrainingExecutor is TrainingExecutor:  # noqa: SLF001
+        return
+    training_lib._TrainingExecutor = TrainingExecutor  # noqa: SLF001
+    training_lib._DELAY_SECS_PER_WORKER = WORKER_DELAY_SECS  # noqa: SLF001
+    training_lib._MAX_DELAY_SECS = MAX_WORKER_DELAY_SECS  # noqa: SLF001
+    training_lib.time = _CLOCK
+    estimator_lib.training = _DelegatingModule(
+        estimator_lib.training, {"MonitoredTrainingSession": monitored_training_session}
+    )
+    estimator_inputs.install()

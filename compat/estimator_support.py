@@ -1,0 +1,269 @@
+"""Loads the real ``tensorflow-estimator`` (2.15, its last release) on today's TensorFlow.
+
+    from compat import estimator_support
+    api = estimator_support.load()      # api.v1: tf.estimator of TF 1.x / tf.compat.v1; api.v2: TF 2.x's
+
+The package is pure Python; what stops it on TF 2.16+ is a handful of TF
+internals it imports that TensorFlow dropped when it stopped shipping the
+estimator. ``SUPPLIED`` names each one this module provides, and why; each is
+provided only where TensorFlow lacks it. ``problems()`` lists, one line each,
+any TF internal this support relies on that the installed TensorFlow does not
+have (tests/test_estimator_compat.py runs it, so a TensorFlow upgrade that
+breaks one fails with the internal's name).
+
+The estimator's modules run ``import tensorflow as tf`` at import time and
+expect the real TensorFlow 2 module there (``tf.compat.v1``, ``tf.keras``),
+so ``load()`` runs before the legacy module replaces ``tensorflow`` in
+``sys.modules`` (compat/legacy_tf.py calls it from ``install()``).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib
+import importlib.util
+import sys
+import types
+
+from ps_toolkit.errors import ConfigError
+
+PACKAGE = "tensorflow_estimator"
+PINNED_VERSION = "2.15.0"
+ESTIMATOR_API_NAME = "estimator"
+
+# Every TF internal supplied here: module (or module attribute) -> why.
+SUPPLIED = {
+    "tensorflow.python.distribute.estimator_training": (
+        "the bridge to TF's distribute coordinator (removed with it in TF 2.16); the estimator asks it "
+        "should_run_distribute_coordinator(config) before every train_and_evaluate, and RunConfig calls "
+        "init_run_config when train_distribute is set. Supplied: False, so the estimator's own between-graph "
+        "path from TF_CONFIG runs; init_run_config for a local distribution strategy; its three coordinator "
+        "entry points (estimator_train, estimator_evaluate, train_and_evaluate) as one-line errors"
+    ),
+    "tensorflow.python.tpu.tpu_embedding": (
+        "TPU embedding tables (TF 2.16 removed the TF1 version); the estimator's TPUEstimator imports seven "
+        "optimizer-parameter classes from it at import time. Supplied: those classes; using one, or any other "
+        "name, is a one-line error (no TPU support)"
+    ),
+    "tensorflow.python.tpu.session_support": (
+        "TPU worker watchdogs and shutdown hooks, imported by TPUEstimator at import time; any use is a one-line error"
+    ),
+    "tensorflow.python.tpu.tpu_embedding_gradient": (
+        "gradients through TPU embedding tables, imported by TPUEstimator at import time; any use is a one-line error"
+    ),
+    "tensorflow.python.util.tf_export.ESTIMATOR_API_NAME": (
+        "the 'estimator' API name every @estimator_export decorator passes to tf_export.api_export, and its "
+        "API_ATTRS / API_ATTRS_V1 entries (the attribute names that hold a symbol's exported names)"
+    ),
+}
+
+# The TPU optimizer-parameter classes TPUEstimator imports by name.
+_TPU_EMBEDDING_CLASSES = (
+    "AdagradParameters",
+    "AdamParameters",
+    "FtrlParameters",
+    "MomentumParameters",
+    "ProximalAdagradParameters",
+    "RMSPropParameters",
+    "StochasticGradientDescentParameters",
+)
+
+
+@dataclasses.dataclass(frozen=True)
+class EstimatorApi:
+    """The estimator's public namespaces: ``v1`` (TF 1.x, tf.compat.v1) and ``v2`` (TF 2.x)."""
+
+    v1: types.ModuleType
+    v2: types.ModuleType
+    # Every module of the v1 API package, by its name below ``tensorflow.estimator`` ("" is the package).
+    v1_modules: dict
+
+
+class TpuRemovedError(ConfigError, AttributeError):
+    """A TPU-only internal of the estimator was used; an AttributeError, so ``hasattr`` still answers False."""
+
+    def __init__(self, name: str):
+        super().__init__(
+            f"{name} is TPUEstimator support that TensorFlow 2.16 removed; TPUEstimator does not run here "
+            "(use tf.estimator.Estimator, or tf.distribute.TPUStrategy)"
+        )
+
+
+class _TpuOnlyModule(types.ModuleType):
+    """A supplied TPU module: its listed members, and a TpuRemovedError for anything else."""
+
+    def __getattr__(self, name: str):
+        if name.startswith("__"):
+            raise AttributeError(name)
+        raise TpuRemovedError(f"{self.__name__}.{name}")
+
+
+class EstimatorUnavailableError(ConfigError, AttributeError):
+    """``tf.estimator`` could not be loaded; says why. An AttributeError, so ``hasattr(tf, ...)`` answers False."""
+
+
+class UnavailableApi(types.ModuleType):
+    """Stands in for ``tf.estimator`` when it cannot be loaded: every use is one line saying why."""
+
+    def __init__(self, reason: str):
+        super().__init__("tensorflow.estimator", reason)
+        self._reason = reason
+
+    def __getattr__(self, name: str):
+        if name.startswith("__"):
+            raise AttributeError(name)
+        raise EstimatorUnavailableError(f"tf.estimator.{name} is unavailable: {self._reason}")
+
+
+def _tpu_only_class(module: str, name: str) -> type:
+    def __init__(self, *args, **kwargs):
+        raise TpuRemovedError(f"{module}.{name}")
+
+    return type(name, (), {"__init__": __init__, "__module__": module})
+
+
+def _tpu_module(name: str, class_names=()) -> types.ModuleType:
+    module = _TpuOnlyModule(name, SUPPLIED[name])
+    for class_name in class_names:
+        setattr(module, class_name, _tpu_only_class(name, class_name))
+    return module
+
+
+def should_run_distribute_coordinator(config) -> bool:
+    """Always False: the distribute coordinator is gone; train_and_evaluate runs between-graph from TF_CONFIG."""
+    del config
+    return False
+
+
+def init_run_config(config, tf_config: dict) -> None:
+    """RunConfig set-up when a distribution strategy is given (RunConfig calls it).
+
+    A strategy inside one process (MirroredStrategy) keeps working. Spread over
+    a TF_CONFIG cluster it ran on the distribute coordinator, which TensorFlow
+    removed: that is a one-line error pointing at between-graph training.
+    """
+    # pylint: disable=protected-access -- RunConfig's own fields, as TensorFlow's version set them
+    experimental = config._experimental_distribute
+    if experimental is not None:
+        config._train_distribute = config._train_distribute or experimental.train_distribute
+        config._eval_distribute = config._eval_distribute or experimental.eval_distribute
+        if getattr(experimental, "remote_cluster", None):
+            raise ConfigError(
+                "RunConfig(experimental_distribute=DistributeConfig(remote_cluster=...)) needs TensorFlow's "
+                "distribute coordinator, which TensorFlow 2.16 removed"
+            )
+    if tf_config.get("cluster") and config._train_distribute is not None:
+        raise ConfigError(
+            f"RunConfig(train_distribute={type(config._train_distribute).__name__}) with a TF_CONFIG cluster ran on "
+            "TensorFlow's distribute coordinator, which TensorFlow 2.16 removed; leave train_distribute unset "
+            "for parameter-server (between-graph) training from TF_CONFIG"
+        )
+    config._distribute_coordinator_mode = None
+    config._init_distributed_setting_from_environment_var(tf_config)
+
+
+def _coordinator_only(name: str):
+    """A coordinator entry point: reached only in coordinator mode, which init_run_config never sets."""
+
+    def refuse(*args, **kwargs):
+        raise ConfigError(f"estimator_training.{name} needs TensorFlow's distribute coordinator, removed in TF 2.16")
+
+    refuse.__name__ = name
+    return refuse
+
+
+def _estimator_training_module() -> types.ModuleType:
+    name = "tensorflow.python.distribute.estimator_training"
+    module = types.ModuleType(name, SUPPLIED[name])
+    module.should_run_distribute_coordinator = should_run_distribute_coordinator
+    module.init_run_config = init_run_config
+    for entry in ("estimator_train", "estimator_evaluate", "train_and_evaluate"):
+        setattr(module, entry, _coordinator_only(entry))
+    return module
+
+
+def _missing(module_name: str) -> bool:
+    if module_name in sys.modules:
+        return False
+    try:
+        return importlib.util.find_spec(module_name) is None
+    except ModuleNotFoundError:
+        return True
+
+
+def _supply_modules() -> None:
+    builders = {
+        "tensorflow.python.distribute.estimator_training": _estimator_training_module,
+        "tensorflow.python.tpu.tpu_embedding": lambda: _tpu_module(
+            "tensorflow.python.tpu.tpu_embedding", _TPU_EMBEDDING_CLASSES
+        ),
+        "tensorflow.python.tpu.session_support": lambda: _tpu_module("tensorflow.python.tpu.session_support"),
+        "tensorflow.python.tpu.tpu_embedding_gradient": lambda: _tpu_module(
+            "tensorflow.python.tpu.tpu_embedding_gradient"
+        ),
+    }
+    for name, build in builders.items():
+        if _missing(name):
+            module = build()
+            sys.modules[name] = module
+            parent, _, child = name.rpartition(".")
+            setattr(importlib.import_module(parent), child, module)
+
+
+def _teach_tf_export() -> None:
+    from tensorflow.python.util import tf_export
+
+    if not hasattr(tf_export, "ESTIMATOR_API_NAME"):
+        tf_export.ESTIMATOR_API_NAME = ESTIMATOR_API_NAME
+    attributes = tf_export._Attributes  # noqa: SLF001 -- the record type of API_ATTRS entries
+    name = tf_export.ESTIMATOR_API_NAME
+    tf_export.API_ATTRS.setdefault(name, attributes(f"_{name}_api_names", f"_{name}_api_constants"))
+    tf_export.API_ATTRS_V1.setdefault(name, attributes(f"_{name}_api_names_v1", f"_{name}_api_constants_v1"))
+
+
+def problems() -> list[str]:
+    """What the installed TensorFlow lacks that this support relies on; one line each, empty when all is well."""
+    found = []
+    try:
+        from tensorflow.python.util import tf_export
+    except ImportError as err:
+        return [f"tensorflow.python.util.tf_export cannot be imported ({err})"]
+    for attribute in ("api_export", "_Attributes", "API_ATTRS", "API_ATTRS_V1"):
+        if not hasattr(tf_export, attribute):
+            found.append(f"tensorflow.python.util.tf_export.{attribute} is gone (the estimator's API export needs it)")
+    for parent in ("tensorflow.python.distribute", "tensorflow.python.tpu"):
+        if importlib.util.find_spec(parent) is None:
+            found.append(f"{parent} is gone (the supplied modules are registered below it)")
+    if importlib.util.find_spec(PACKAGE) is None:
+        found.append(f"the {PACKAGE} package is not installed (pip install tensorflow-estimator=={PINNED_VERSION})")
+    return found
+
+
+def load_or_explain() -> EstimatorApi | UnavailableApi:
+    """``load()``, or a stand-in whose every use says why it failed (scripts without tf.estimator still run)."""
+    try:
+        return load()
+    except ConfigError as err:
+        return UnavailableApi(str(err))
+
+
+def load() -> EstimatorApi:
+    """Supplies the dropped internals, imports the package and returns its API namespaces. Idempotent.
+
+    Raises ConfigError (one line) when the package is missing or TensorFlow
+    lacks something the support needs.
+    """
+    found = problems()
+    if found:
+        raise ConfigError("tf.estimator cannot be loaded: " + "; ".join(found))
+    _supply_modules()
+    _teach_tf_export()
+    v1 = importlib.import_module(f"{PACKAGE}._api.v1.estimator")
+    v2 = importlib.import_module(f"{PACKAGE}._api.v2.estimator")
+    prefix = v1.__name__
+    v1_modules = {
+        name[len(prefix) + 1 :]: module
+        for name, module in list(sys.modules.items())
+        if (name == prefix or name.startswith(prefix + ".")) and module is not None
+    }
+    return EstimatorApi(v1=v1, v2=v2, v1_modules=v1_modules)
