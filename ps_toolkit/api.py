@@ -25,8 +25,7 @@ from collections.abc import Callable, Mapping
 
 from ps_toolkit import cluster as cluster_lib
 from ps_toolkit.cluster import ClusterConfig
-from ps_toolkit.model_api import ModelDefinition
-from ps_toolkit.model_calls import function_name
+from ps_toolkit.model_api import ModelDefinition, function_name
 from ps_toolkit.train_config import TrainConfig
 
 

@@ -21,8 +21,8 @@ import tensorflow as tf
 
 from ps_toolkit.cluster import ClusterConfig
 from ps_toolkit.errors import ConfigError, RetryableError
-from ps_toolkit.model_api import ModeKeys, ModelDefinition
-from ps_toolkit.model_calls import call_input_fn, call_model_fn, function_name
+from ps_toolkit.model_api import ModeKeys, ModelDefinition, function_name
+from ps_toolkit.model_calls import call_input_fn, call_model_fn
 from ps_toolkit.train_config import TrainConfig
 
 log = logging.getLogger(__name__)

@@ -16,8 +16,8 @@ import tempfile
 import tensorflow as tf
 
 from ps_toolkit.errors import ConfigError
-from ps_toolkit.model_api import ModeKeys, ModelDefinition
-from ps_toolkit.model_calls import call_input_fn, call_model_fn, function_name
+from ps_toolkit.model_api import ModeKeys, ModelDefinition, function_name
+from ps_toolkit.model_calls import call_input_fn, call_model_fn
 
 SERVING_KEY = "serving_default"
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 import tensorflow as tf
 
 from ps_toolkit.cluster import ClusterConfig
-from ps_toolkit.model_api import InputContext, ModelDefinition
-from ps_toolkit.model_calls import call_input_fn, function_name
+from ps_toolkit.model_api import InputContext, ModelDefinition, function_name
+from ps_toolkit.model_calls import call_input_fn
 from ps_toolkit.train_config import TrainConfig
 
 

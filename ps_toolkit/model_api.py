@@ -108,3 +108,9 @@ class ModelDefinition:
     name: str = "model_fn"  # how messages name the model (a built-in's name, or MODULE:FUNCTION)
     # Optimizer name -> the learning rate this model trains well with, when none is given.
     default_learning_rates: Mapping = dataclasses.field(default_factory=dict)
+
+
+def function_name(function) -> str:
+    """``module:function`` of a user's function (of the function a functools.partial wraps)."""
+    function = getattr(function, "func", function)
+    return f"{getattr(function, '__module__', '?')}:{getattr(function, '__qualname__', repr(function))}"

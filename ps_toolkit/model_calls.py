@@ -138,12 +138,6 @@ def call_input_fn(input_fn, name: str, input_context: InputContext | None = None
     return dataset
 
 
-def function_name(function) -> str:
-    """``module:function`` of a user's function (of the function a functools.partial wraps)."""
-    function = getattr(function, "func", function)
-    return f"{getattr(function, '__module__', '?')}:{getattr(function, '__qualname__', repr(function))}"
-
-
 def _describe(spec) -> str:
     if isinstance(spec, tuple):
         return f"a tuple of {len(spec)} ({', '.join(_describe(s) for s in spec)})"

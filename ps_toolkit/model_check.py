@@ -11,10 +11,9 @@ import tensorflow as tf
 
 from ps_toolkit import export, input_pipeline
 from ps_toolkit.cluster import EVALUATOR, ClusterConfig
-from ps_toolkit.errors import ConfigError
 from ps_toolkit.evaluation import build_eval_graph
-from ps_toolkit.model_api import ModeKeys, ModelDefinition
-from ps_toolkit.model_calls import call_input_fn, call_model_fn, function_name
+from ps_toolkit.model_api import ModeKeys, ModelDefinition, function_name
+from ps_toolkit.model_calls import call_input_fn, call_model_fn
 from ps_toolkit.train_config import TrainConfig
 
 
@@ -28,9 +27,7 @@ def check_definition(definition: ModelDefinition, cluster: ClusterConfig, config
     with tf.Graph().as_default():
         dataset = call_input_fn(definition.input_fn, function_name(definition.input_fn), context, definition.params)
         features, labels = tf.compat.v1.data.make_initializable_iterator(dataset).get_next()
-        spec = call_model_fn(definition, features, labels, ModeKeys.TRAIN)
-        if spec.train_op is None and spec.loss is None:
-            raise ConfigError(f"{definition.name} returned no loss in TRAIN mode")
+        call_model_fn(definition, features, labels, ModeKeys.TRAIN)  # checks the spec
         if definition.eval_input_fn is not None:
             build_eval_graph(definition, reuse=tf.compat.v1.AUTO_REUSE)
     if cluster.is_chief and config.export_dir:

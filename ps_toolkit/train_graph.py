@@ -121,8 +121,6 @@ def _trained_variables(definition: ModelDefinition, optimizer, loss, config: Tra
     variables, or packing off): the sync aggregation then keeps a sparse
     accumulator for it.
     """
-    if loss is None:
-        raise ConfigError(f"{definition.name} returned no loss in TRAIN mode (ModelSpec(loss=...)) and no train_op")
     pairs = optimizer.compute_gradients(loss, var_list=tf.compat.v1.trainable_variables())
     trained = [var for grad, var in pairs if grad is not None]
     if not trained:
