@@ -1,4 +1,4 @@
-"""Importing the package and the scripts' flag modules does not import TensorFlow: bad input is reported in milliseconds."""
+"""Importing the package and the flag modules imports no TensorFlow: bad input is reported in milliseconds."""
 
 import subprocess
 import sys

@@ -17,7 +17,11 @@ RUN_LEGACY = os.path.join(REPO, "scripts", "run_legacy.py")
 EXAMPLES = os.path.join(REPO, "scripts", "examples")
 
 
-@pytest.mark.parametrize("script", sorted(n for n in os.listdir(EXAMPLES) if n.endswith(".py")))
+# The examples that read a --data_dir; taxifare_train_and_evaluate.py writes its data set where it runs.
+DATA_DIR_EXAMPLES = sorted(n for n in os.listdir(EXAMPLES) if n.endswith(".py") and not n.startswith("taxifare"))
+
+
+@pytest.mark.parametrize("script", DATA_DIR_EXAMPLES)
 def test_an_example_with_a_missing_data_dir_says_so_in_one_line(script, tmp_path):
     args = [os.path.join(EXAMPLES, script), "--job_name=worker", f"--data_dir={tmp_path}/nope"]
     env = {}

@@ -86,3 +86,28 @@ def test_launcher_refuses_a_model_it_cannot_find_before_any_task_starts(tmp_path
     assert "Traceback" not in outcome.stderr, outcome.describe()
     assert "--model_fn=clicks:no_such_fn: module 'clicks'" in outcome.stderr, outcome.describe()
     assert not (tmp_path / "run").exists() or not list((tmp_path / "run").glob("*.log")), outcome.describe()
+
+
+@pytest.mark.slow
+def test_python_api_takes_each_role_from_tf_config(tmp_path):
+    """launch_local.py runs the same script as ps, chief, worker and evaluator; ps_toolkit.train does each role."""
+    run_dir = tmp_path / "run"
+    script = os.path.join(USER_MODELS, "train_clicks.py")
+    command = python_command(
+        LAUNCHER,
+        "--chief",
+        "--num_workers=1",
+        "--evaluator",
+        f"--log_dir={run_dir}",
+        "--quiet",
+        "--",
+        "python",
+        script,
+        str(tmp_path / "ckpt"),
+    )
+    outcome = run_tasks({"launcher": command}, timeout=240, env={"PYTHONPATH": USER_MODELS})["launcher"]
+    assert outcome.returncode == 0, outcome.describe()
+    chief = result_line(str(run_dir / "chief-0.log"))
+    assert chief["global_step"] >= 200 and chief["eval"]["auc"] > 0.7, chief
+    assert result_line(str(run_dir / "ps-0.log"))["replicas_done"] == 2
+    assert result_line(str(run_dir / "evaluator-0.log"))["global_step"] >= 200
