@@ -17,6 +17,7 @@ import time
 
 import tensorflow as tf
 
+from ps_toolkit import open_ports
 from ps_toolkit.cluster import PS, ClusterConfig, split_address
 from ps_toolkit.errors import OrphanedError
 from ps_toolkit.netns import PRIVATE_NETWORK_ENV
@@ -109,6 +110,8 @@ def security_warning(device: str, host: str, port: int) -> str:
     """What a task says about its open port at start (TensorFlow binds every interface)."""
     if os.environ.get(PRIVATE_NETWORK_ENV) == "1":
         return f"{device} serves on port {port} inside a private network namespace: unreachable from outside it."
+    if open_ports.guarded_port() == port:
+        return f"{device} serves on port {port}; packet-filter rules admit only loopback and the cluster's hosts."
     exposure = (
         "EVERY interface of this machine, not only the loopback address the cluster names"
         if _is_loopback(host)

@@ -91,6 +91,7 @@ _TRAIN_FLAGS = {
     "seed": flags.DEFINE_integer("seed", None, "run_task.py --seed."),
     "ps_orphan_timeout_secs": flags.DEFINE_float("ps_orphan_timeout_secs", None, "run_task.py flag."),
     "watchdog_secs": flags.DEFINE_float("watchdog_secs", None, "run_task.py --watchdog_secs."),
+    "allow_open_ports": flags.DEFINE_boolean("allow_open_ports", None, "run_task.py flag: no packet-filter rules."),
 }
 
 

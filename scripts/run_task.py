@@ -17,7 +17,7 @@ from absl import app, flags, logging
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from ps_toolkit import cli, preflight, tf_import  # noqa: E402
+from ps_toolkit import cli, open_ports, preflight, tf_import  # noqa: E402
 from ps_toolkit.cluster import ClusterConfig  # noqa: E402
 from ps_toolkit.train_config import TrainConfig  # noqa: E402
 
@@ -27,6 +27,12 @@ cli.define_cluster_flags()
 cli.define_training_flags()
 _PS_ORPHAN_TIMEOUT = flags.DEFINE_float(
     "ps_orphan_timeout_secs", 300.0, "A ps exits (status 3) when no unfinished worker was reachable this long."
+)
+_ALLOW_OPEN_PORTS = flags.DEFINE_boolean(
+    "allow_open_ports",
+    False,
+    "Serve on every interface without packet-filter rules (else: rules admit only loopback and the "
+    "cluster's hosts, or the task refuses to start where none can be installed).",
 )
 
 
@@ -61,7 +67,10 @@ def main(argv):
         config.validate(cluster)
         cli.check_model_flags()
         preflight.check_task_can_start(cluster)
-        logging.info("%s of %s; checkpoints in %s", cluster.device, cluster.source, config.checkpoint_dir)
+        port = open_ports.guard_task_port(cluster, _ALLOW_OPEN_PORTS.value)
+        logging.info(
+            "%s of %s; port %s; checkpoints in %s", cluster.device, cluster.source, port, config.checkpoint_dir
+        )
         run(cluster, config)
     # Tearing down TensorFlow and its gRPC server takes seconds (4 s measured),
     # and every result is already flushed: end the process now.
