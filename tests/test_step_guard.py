@@ -70,12 +70,14 @@ def test_the_hook_stops_the_chief_before_the_saver_writes_the_step(tmp_path):
         graph = types.SimpleNamespace(multi_step=None, global_step=global_step, scaffold=scaffold)
         hooks = [step_guard.chief_hook(cluster, config, graph), *training._chief_saving_hooks(config, graph)]
         creator = tf.compat.v1.train.ChiefSessionCreator(scaffold)
-        with pytest.raises(ConfigError) as refused:
-            with tf.compat.v1.train.MonitoredSession(session_creator=creator, hooks=hooks) as session:
-                for _ in range(25):
-                    session.run(train_op)
-                session.run(tamper)
+        with (
+            pytest.raises(ConfigError) as refused,
+            tf.compat.v1.train.MonitoredSession(session_creator=creator, hooks=hooks) as session,
+        ):
+            for _ in range(25):
                 session.run(train_op)
+            session.run(tamper)
+            session.run(train_op)
     assert refused.value.exit_code == EXIT_CONFIG
     assert "1000000000" in str(refused.value) and "/job:worker/task:0" in str(refused.value)
     saved = [name for name in tf.io.gfile.listdir(str(tmp_path)) if name.endswith(".index")]
