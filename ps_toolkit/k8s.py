@@ -13,7 +13,14 @@ import json
 import re
 
 from ps_toolkit.cluster import CHIEF, EVALUATOR, PS, WORKER
-from ps_toolkit.errors import EXIT_CONFIG, EXIT_ORPHANED, EXIT_PORT_IN_USE, EXIT_UNEXPECTED, ConfigError
+from ps_toolkit.errors import (
+    EXIT_CONFIG,
+    EXIT_ENVIRONMENT,
+    EXIT_ORPHANED,
+    EXIT_PORT_IN_USE,
+    EXIT_UNEXPECTED,
+    ConfigError,
+)
 from ps_toolkit.port_guard import ALLOW_OPEN_PORTS_ENV
 
 # Kubeflow's replica type names; the operator lowercases them for TF_CONFIG.
@@ -23,7 +30,7 @@ DEFAULT_PORT = 2222  # the operator's default "tfjob-port"
 CONTAINER = "tensorflow"
 RESTART_POLICIES = ("OnFailure", "ExitCode", "Never")
 # The toolkit's permanent statuses (ps_toolkit/errors.py): a plain Job fails at once on them, never retries.
-PERMANENT_EXIT_CODES = (EXIT_UNEXPECTED, EXIT_CONFIG, EXIT_ORPHANED, EXIT_PORT_IN_USE)
+PERMANENT_EXIT_CODES = (EXIT_UNEXPECTED, EXIT_CONFIG, EXIT_ORPHANED, EXIT_PORT_IN_USE, EXIT_ENVIRONMENT)
 LABEL = "ps-toolkit/cluster"
 COMPLETION_INDEX = "metadata.annotations['batch.kubernetes.io/job-completion-index']"
 _DNS_LABEL = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])?$")

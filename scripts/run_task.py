@@ -17,7 +17,7 @@ from absl import app, flags, logging
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from ps_toolkit import cli, open_ports, preflight, tf_import  # noqa: E402
+from ps_toolkit import cli, environment_errors, flag_ranges, open_ports, preflight, tf_import  # noqa: E402
 from ps_toolkit.cluster import ClusterConfig  # noqa: E402
 from ps_toolkit.train_config import TrainConfig  # noqa: E402
 
@@ -65,13 +65,15 @@ def main(argv):
         if config.checkpoint_dir is None:
             config = cli.with_checkpoint_dir(config, default_checkpoint_dir(cluster))
         config.validate(cluster)
+        flag_ranges.check_seconds("ps_orphan_timeout_secs", _PS_ORPHAN_TIMEOUT.value, zero_ok=True, none_ok=False)
         cli.check_model_flags()
         preflight.check_task_can_start(cluster)
         port = open_ports.guard_task_port(cluster, _ALLOW_OPEN_PORTS.value)
         logging.info(
             "%s of %s; port %s; checkpoints in %s", cluster.device, cluster.source, port, config.checkpoint_dir
         )
-        run(cluster, config)
+        with environment_errors.reported(f"{cluster.device} (checkpoints in {config.checkpoint_dir})"):
+            run(cluster, config)
     # Tearing down TensorFlow and its gRPC server takes seconds (4 s measured),
     # and every result is already flushed: end the process now.
     sys.stdout.flush()

@@ -190,7 +190,7 @@ def test_exit_code_policy_fails_plain_jobs_on_permanent_statuses():
     for job in k8s.plain_objects(make_spec(restart_policy="ExitCode"))[1:-1]:
         assert job["spec"]["template"]["spec"]["restartPolicy"] == "Never"
         (rule,) = job["spec"]["podFailurePolicy"]["rules"]
-        assert rule["action"] == "FailJob" and rule["onExitCodes"]["values"] == [1, 2, 3, 4]
+        assert rule["action"] == "FailJob" and rule["onExitCodes"]["values"] == [1, 2, 3, 4, 5]
     assert (
         k8s.tfjob(make_spec(restart_policy="ExitCode"))["spec"]["tfReplicaSpecs"]["PS"]["restartPolicy"] == "ExitCode"
     )
