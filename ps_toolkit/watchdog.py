@@ -22,6 +22,9 @@ from ps_toolkit.preflight import reachable
 
 log = logging.getLogger(__name__)
 
+# A poll this much later than asked means the process was stopped or suspended, not waiting.
+_STOPPED_SECS = 2.0
+
 
 class ProgressWatchdog:
     """Ends the process unless ``beat()`` reports a new global step often enough.
@@ -65,9 +68,20 @@ class ProgressWatchdog:
         self._stopped.set()
 
     def _watch(self) -> None:
-        while not self._stopped.wait(timeout=min(1.0, self._timeout / 4)):
+        interval = min(1.0, self._timeout / 4)
+        last_poll = time.monotonic()
+        while not self._stopped.wait(timeout=interval):
+            now = time.monotonic()
+            # CLOCK_MONOTONIC runs on while the process is stopped (SIGSTOP), and no
+            # clock excludes exactly that time. But this wait then overshoots by the
+            # stopped time: a wake that late means the process did not run, and that
+            # time is not counted against the peers (nor is a suspended machine's).
+            overshoot = now - last_poll - interval
+            last_poll = now
             with self._lock:
-                idle = time.monotonic() - self._last_change
+                if overshoot > _STOPPED_SECS:
+                    self._last_change += overshoot
+                idle = now - self._last_change
                 waiting_for, step = self._waiting_for, self._last_step
             if idle > self._timeout:
                 self._exit(self._message(idle, waiting_for, step))
