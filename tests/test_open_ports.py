@@ -47,10 +47,10 @@ def connects(spaces, index: int, host: str, port: int) -> bool:
     return done.returncode == 0
 
 
-def attack(spaces) -> str:
+def attack(spaces, *extra: str) -> str:
     """The tf.compat.v1 client's verdict, run in the second namespace against the first's ps port."""
     done = subprocess.run(
-        spaces.command(1, sys.executable, ATTACK, f"{spaces.addresses[0]}:{PORT}"),
+        spaces.command(1, sys.executable, ATTACK, f"{spaces.addresses[0]}:{PORT}", *extra),
         capture_output=True,
         text=True,
         timeout=120,
@@ -178,3 +178,23 @@ def test_launch_local_defaults_give_no_connection(spaces, isolation, tmp_path):
     finally:
         output = stop(launcher)
     logwatch.wait_until(lambda: not guard_rules(spaces), 20, "the rules removed", lambda: output[-3000:])
+
+
+@pytest.mark.slow
+def test_a_tampered_global_step_stops_the_chief_with_status_2(spaces, tmp_path):
+    """With the ports told open, the attack's AssignVariableOp reaches the step; the chief refuses it."""
+    os.chmod(tmp_path, 0o755)
+    argv = [sys.executable, LAUNCHER, *HOSTS, "--isolation=none", "--allow_open_ports", "--train_steps=150000"]
+    launcher = start(spaces, argv + [f"--log_dir={tmp_path}", "--quiet", "--steps_per_run=1"])
+    try:
+        log = tmp_path / "worker-0.log"
+        logwatch.wait_until(lambda: log.exists() and logwatch.progress(str(log)), 240, "training progress")
+        assert attack(spaces, f"--set_global_step={10**9}") == "CONNECTED"
+        logwatch.wait_until(lambda: launcher.poll() is not None, 120, "the launcher to end")
+    finally:
+        output = stop(launcher)
+    assert launcher.returncode == 2, output[-3000:]
+    chief_log = log.read_text()
+    refusals = [line for line in chief_log.splitlines() if "run_task.py: error:" in line]
+    assert len(refusals) == 1 and "1000000000" in refusals[0] and "tampered" in refusals[0], chief_log[-3000:]
+    assert not any("100000" in name for name in os.listdir(tmp_path / "checkpoints")), os.listdir(tmp_path)
