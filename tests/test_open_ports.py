@@ -196,5 +196,7 @@ def test_a_tampered_global_step_stops_the_chief_with_status_2(spaces, tmp_path):
     assert launcher.returncode == 2, output[-3000:]
     chief_log = log.read_text()
     refusals = [line for line in chief_log.splitlines() if "run_task.py: error:" in line]
-    assert len(refusals) == 1 and "1000000000" in refusals[0] and "tampered" in refusals[0], chief_log[-3000:]
+    assert len(refusals) == 1 and "the global step is 100000000" in refusals[0] and "tampered" in refusals[0], (
+        chief_log[-3000:]
+    )
     assert not any("100000" in name for name in os.listdir(tmp_path / "checkpoints")), os.listdir(tmp_path)
