@@ -200,3 +200,19 @@ def test_a_tampered_global_step_stops_the_chief_with_status_2(spaces, tmp_path):
         chief_log[-3000:]
     )
     assert not any("100000" in name for name in os.listdir(tmp_path / "checkpoints")), os.listdir(tmp_path)
+
+
+def test_a_user_command_without_a_private_namespace_needs_allow_open_ports(tmp_path):
+    """launch_local.py cannot guard ports a user's command binds itself: exit 2 unless told they may be open."""
+    env = dict(ENV)
+    env.pop("PS_TOOLKIT_ALLOW_OPEN_PORTS", None)
+    argv = [sys.executable, LAUNCHER, "--isolation=none", f"--log_dir={tmp_path}", "--num_ps=0", "--num_workers=1"]
+    command = ["--", sys.executable, "-c", "pass"]
+    refused = subprocess.run(argv + command, capture_output=True, text=True, timeout=60, env=env)
+    assert refused.returncode == 2, refused.stderr[-3000:]
+    lines = [line for line in refused.stderr.splitlines() if line.startswith("launch_local.py: ")]
+    assert len(lines) == 1 and "--allow_open_ports" in lines[0], refused.stderr[-3000:]
+    allowed = subprocess.run(
+        argv + ["--allow_open_ports", *command], capture_output=True, text=True, timeout=60, env=env
+    )
+    assert allowed.returncode == 0, allowed.stdout[-3000:] + allowed.stderr[-3000:]
