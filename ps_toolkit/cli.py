@@ -91,6 +91,16 @@ def define_ps_flags() -> None:
     )
 
 
+def define_port_flags() -> None:
+    """Whether a task guards its port (run_task.py's; launch_local.py passes it through)."""
+    flags.DEFINE_boolean(
+        "allow_open_ports",
+        False,
+        "Serve on every interface without packet-filter rules (else: rules admit only loopback and the "
+        "cluster's hosts, or the task refuses to start where none can be installed).",
+    )
+
+
 def names_defined_by(define) -> list[str]:
     """Runs ``define()`` (e.g. ``define_training_flags``); returns the names of the flags it defined."""
     before = set(FLAGS)

@@ -9,6 +9,7 @@ This module imports no TensorFlow session code.
 from __future__ import annotations
 
 import dataclasses
+import ipaddress
 import json
 import types
 from collections.abc import Mapping
@@ -38,12 +39,38 @@ def split_address(address: str, source: str) -> tuple[str, int]:
         host = host[1:-1]
     if not host or any(c.isspace() for c in host) or "/" in host:
         raise ConfigError(f"address {address!r} from {source} has a bad host {host!r}")
-    if not port_text.isdigit():
+    problem = _host_name_problem(host)
+    if problem:
+        raise ConfigError(f"address {address!r} from {source} has a bad host {host!r}: {problem}")
+    # str.isdigit() also accepts '²' and '２'; a port is ASCII digits only.
+    if not (port_text.isascii() and port_text.isdigit()):
         raise ConfigError(f"address {address!r} from {source} has a bad port {port_text!r}")
     port = int(port_text)
     if not 1 <= port <= 65535:
         raise ConfigError(f"address {address!r} from {source} has port {port}, outside 1-65535")
     return host, port
+
+
+def _host_name_problem(host: str) -> str | None:
+    """Why ``host`` cannot be a DNS name or IP address (RFC 1035 lengths), or None."""
+    try:
+        ipaddress.ip_address(host.split("%", 1)[0])
+        return None
+    except ValueError:
+        pass
+    if not host.isascii():
+        return "not ASCII (give the name in its xn-- form)"
+    name = host[:-1] if host.endswith(".") else host
+    if len(name) > 253:
+        return f"{len(name)} characters, more than a DNS name's 253"
+    for label in name.split("."):
+        if not label:
+            return "an empty label (two dots in a row, or a leading dot)"
+        if len(label) > 63:
+            return f"label {label[:20]}... has {len(label)} characters, more than 63"
+        if not all(c.isalnum() or c in "-_" for c in label):
+            return f"label {label!r} has characters other than letters, digits, '-' and '_'"
+    return None
 
 
 def parse_host_list(text: str, source: str) -> tuple[str, ...]:
@@ -198,6 +225,10 @@ class ClusterConfig:
                 text = handle.read()
         except OSError as err:
             raise ConfigError(f"cannot read {source}: {err.strerror}") from None
+        except UnicodeDecodeError as err:
+            raise ConfigError(
+                f"{source} is not UTF-8 text (byte {err.object[err.start]:#04x} at offset {err.start})"
+            ) from None
         try:
             payload = json.loads(text)
         except ValueError as err:

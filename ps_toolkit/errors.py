@@ -16,6 +16,10 @@ EXIT_ORPHANED = 3
 # This task's port is taken. Permanent for a fixed address; a launcher that
 # chose the port picks new ones and starts again.
 EXIT_PORT_IN_USE = 4
+# The environment refused: disk full, read-only file system, a path of the wrong
+# type, no permission. Permanent until someone fixes the machine: a restart in
+# place would only fail again (or train steps that are never saved).
+EXIT_ENVIRONMENT = 5
 # No progress within the watchdog bound, or a peer unreachable for too long.
 # Above 128 so Kubeflow retries it, and above 128 + 64 so it never reads as a signal.
 EXIT_RETRYABLE = 200
@@ -26,6 +30,7 @@ EXIT_CODE_MEANINGS = {
     EXIT_CONFIG: "configuration or input error (permanent: fix the input, do not retry)",
     EXIT_ORPHANED: "parameter server gave up: its workers were gone too long (permanent)",
     EXIT_PORT_IN_USE: "the task's port is already in use (a launcher that chose it retries)",
+    EXIT_ENVIRONMENT: "the environment refused: disk full, read-only, wrong file type or permission (permanent)",
     EXIT_RETRYABLE: "transient failure: no progress or unreachable peer (retry the task)",
 }
 
@@ -52,6 +57,12 @@ class OrphanedError(ToolkitError):
     """A parameter server whose workers are gone and did not come back."""
 
     exit_code = EXIT_ORPHANED
+
+
+class EnvironmentProblem(ToolkitError):
+    """The machine refused what the task needs: the message names the path and the reason."""
+
+    exit_code = EXIT_ENVIRONMENT
 
 
 class PortInUseError(ConfigError):

@@ -13,7 +13,15 @@ import json
 import re
 
 from ps_toolkit.cluster import CHIEF, EVALUATOR, PS, WORKER
-from ps_toolkit.errors import EXIT_CONFIG, EXIT_ORPHANED, EXIT_PORT_IN_USE, EXIT_UNEXPECTED, ConfigError
+from ps_toolkit.errors import (
+    EXIT_CONFIG,
+    EXIT_ENVIRONMENT,
+    EXIT_ORPHANED,
+    EXIT_PORT_IN_USE,
+    EXIT_UNEXPECTED,
+    ConfigError,
+)
+from ps_toolkit.port_guard import ALLOW_OPEN_PORTS_ENV
 
 # Kubeflow's replica type names; the operator lowercases them for TF_CONFIG.
 REPLICA_TYPES = {CHIEF: "Chief", PS: "PS", WORKER: "Worker", EVALUATOR: "Evaluator"}
@@ -22,7 +30,7 @@ DEFAULT_PORT = 2222  # the operator's default "tfjob-port"
 CONTAINER = "tensorflow"
 RESTART_POLICIES = ("OnFailure", "ExitCode", "Never")
 # The toolkit's permanent statuses (ps_toolkit/errors.py): a plain Job fails at once on them, never retries.
-PERMANENT_EXIT_CODES = (EXIT_UNEXPECTED, EXIT_CONFIG, EXIT_ORPHANED, EXIT_PORT_IN_USE)
+PERMANENT_EXIT_CODES = (EXIT_UNEXPECTED, EXIT_CONFIG, EXIT_ORPHANED, EXIT_PORT_IN_USE, EXIT_ENVIRONMENT)
 LABEL = "ps-toolkit/cluster"
 COMPLETION_INDEX = "metadata.annotations['batch.kubernetes.io/job-completion-index']"
 _DNS_LABEL = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])?$")
@@ -68,6 +76,30 @@ class KubeSpec:
             raise ConfigError(f"bad roles {self.roles}; jobs are {', '.join(REPLICA_TYPES)} with counts >= 0")
         if counts.get(CHIEF, 0) > 1 or counts.get(EVALUATOR, 0) > 1:
             raise ConfigError("at most one chief and one evaluator")
+
+
+def network_policy(spec: KubeSpec) -> dict:
+    """Admits traffic to the job's pods only from the job's own pods (every port: gRPC has no authentication).
+
+    Enforced by the cluster's network plugin (Calico, Cilium, ...); a cluster
+    without one accepts the object and enforces nothing (docs/deploy.md).
+    """
+    own_pods = {"matchLabels": {LABEL: spec.name}}
+    return {
+        "apiVersion": "networking.k8s.io/v1",
+        "kind": "NetworkPolicy",
+        "metadata": {"name": f"{spec.name}-cluster-only", "namespace": spec.namespace, "labels": {LABEL: spec.name}},
+        "spec": {
+            "podSelector": own_pods,
+            "policyTypes": ["Ingress"],
+            "ingress": [{"from": [{"podSelector": own_pods}]}],
+        },
+    }
+
+
+def tfjob_objects(spec: KubeSpec) -> list[dict]:
+    """The TFJob and the NetworkPolicy that fences its pods."""
+    return [tfjob(spec), network_policy(spec)]
 
 
 def operator_host(spec: KubeSpec, job: str, index: int) -> str:
@@ -167,7 +199,7 @@ def plain_objects(spec: KubeSpec) -> list[dict]:
                 "spec": job_spec,
             }
         )
-    return jobs
+    return jobs + [network_policy(spec)]
 
 
 def _pod_spec(spec: KubeSpec, env: list) -> dict:
@@ -179,8 +211,8 @@ def _pod_spec(spec: KubeSpec, env: list) -> dict:
         "args": args,
         "ports": [{"name": "tfjob-port", "containerPort": spec.port}],
     }
-    if env:
-        container["env"] = env
+    # The NetworkPolicy, not a packet filter inside the (unprivileged) container, keeps the port to the job.
+    container["env"] = [*env, {"name": ALLOW_OPEN_PORTS_ENV, "value": "1"}]
     pod = {"containers": [container]}
     if spec.checkpoint_pvc:
         container["volumeMounts"] = [{"name": "checkpoints", "mountPath": spec.checkpoint_mount}]

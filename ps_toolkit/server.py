@@ -17,8 +17,9 @@ import time
 
 import tensorflow as tf
 
+from ps_toolkit import open_ports
 from ps_toolkit.cluster import PS, ClusterConfig, split_address
-from ps_toolkit.errors import OrphanedError
+from ps_toolkit.errors import OrphanedError, PortInUseError
 from ps_toolkit.netns import PRIVATE_NETWORK_ENV
 from ps_toolkit.preflight import check_host_resolves, check_port_free, reachable
 
@@ -92,14 +93,23 @@ def start_server(cluster: ClusterConfig, config: tf.compat.v1.ConfigProto | None
     check_host_resolves(cluster)
     check_port_free(cluster)
     config = config if config is not None else session_config(cluster)
-    server = tf.compat.v1.train.Server(
-        cluster.cluster_spec(),
-        job_name=cluster.task_type,
-        task_index=cluster.task_index,
-        config=config,
-        start=True,
-    )
     host, port = split_address(cluster.address, cluster.source)
+    try:
+        server = tf.compat.v1.train.Server(
+            cluster.cluster_spec(),
+            job_name=cluster.task_type,
+            task_index=cluster.task_index,
+            config=config,
+            start=True,
+        )
+    except tf.errors.UnknownError as err:
+        # Another process bound the port between check_port_free and here (two launches at once).
+        if "Could not start gRPC server" not in err.message:
+            raise
+        raise PortInUseError(
+            f"port {port} of {cluster.device} ({cluster.address}, from {cluster.source}) was taken "
+            "between the check and the bind: another process started on it at the same moment"
+        ) from None
     log.info("started %s at %s (target %s)", cluster.device, cluster.address, server.target)
     log.warning("%s", security_warning(cluster.device, host, port))
     return server
@@ -109,6 +119,8 @@ def security_warning(device: str, host: str, port: int) -> str:
     """What a task says about its open port at start (TensorFlow binds every interface)."""
     if os.environ.get(PRIVATE_NETWORK_ENV) == "1":
         return f"{device} serves on port {port} inside a private network namespace: unreachable from outside it."
+    if open_ports.guarded_port() == port:
+        return f"{device} serves on port {port}; packet-filter rules admit only loopback and the cluster's hosts."
     exposure = (
         "EVERY interface of this machine, not only the loopback address the cluster names"
         if _is_loopback(host)

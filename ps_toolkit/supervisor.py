@@ -17,10 +17,10 @@ import subprocess
 import time
 from collections.abc import Callable, Sequence
 
-from ps_toolkit import processes
+from ps_toolkit import flag_ranges, processes
 from ps_toolkit.cluster import CHIEF, PS, WORKER
 from ps_toolkit.drills import DrillSchedule
-from ps_toolkit.errors import EXIT_CONFIG, EXIT_PORT_IN_USE, ConfigError
+from ps_toolkit.errors import EXIT_CONFIG, EXIT_ENVIRONMENT, EXIT_PORT_IN_USE, ConfigError
 from ps_toolkit.status import Console, StepRate, SummaryRow, describe_exit, exit_status_cell, status_text
 from ps_toolkit.task_output import TaskOutput
 from ps_toolkit.task_plan import TaskPlan
@@ -54,11 +54,12 @@ class Policy:
             raise ConfigError(f"--success_policy={self.success_policy!r}; valid: {', '.join(SUCCESS_POLICIES)}")
         if self.restart not in RESTART_POLICIES:
             raise ConfigError(f"--restart={self.restart!r}; valid: {', '.join(RESTART_POLICIES)}")
-        for name in ("grace_secs", "ps_grace_secs", "stop_grace_secs", "max_restarts"):
-            if getattr(self, name) < 0:
-                raise ConfigError(f"--{name}={getattr(self, name)} is negative")
-        if self.timeout_secs is not None and self.timeout_secs <= 0:
-            raise ConfigError(f"--timeout_secs={self.timeout_secs} must be positive")
+        for name in ("grace_secs", "ps_grace_secs", "stop_grace_secs"):
+            flag_ranges.check_seconds(name, getattr(self, name), zero_ok=True, none_ok=False)
+        flag_ranges.check_int("max_restarts", self.max_restarts, low=0, high=10_000)
+        flag_ranges.check_seconds("timeout_secs", self.timeout_secs)
+        for job, index, secs in self.kills:
+            flag_ranges.check_seconds(f"kill={job}:{index}@", secs, zero_ok=True, none_ok=False)
 
 
 @dataclasses.dataclass
@@ -238,7 +239,7 @@ class Supervisor:
             self._restarts_allowed
             and policy.restart == "on-failure"
             and task.restarts < policy.max_restarts
-            and code != EXIT_CONFIG
+            and code not in (EXIT_CONFIG, EXIT_ENVIRONMENT)
         ):
             task.restarts += 1
             self._console.line(
@@ -250,9 +251,14 @@ class Supervisor:
             return
         if self._outcome is None:
             tail = "\n".join(f"    {line}" for line in task.output.tail)
+            budget = ""
+            if policy.restart == "on-failure" and code in (EXIT_CONFIG, EXIT_ENVIRONMENT):
+                budget = " (not restarted: a permanent status)"
+            elif policy.restart == "on-failure" and task.restarts >= policy.max_restarts:
+                budget = f" (restart budget spent: {task.restarts}/{policy.max_restarts} restarts used)"
             self._decide(
                 False,
-                f"{name} ({task.plan.address}) {describe_exit(code, task.drill_killed)}; "
+                f"{name} ({task.plan.address}) {describe_exit(code, task.drill_killed)}{budget}; "
                 f"last lines of {task.log_path}:\n{tail}",
                 code if code > 0 else 1,
             )

@@ -22,6 +22,8 @@ LOCALHOST = "localhost"
 RUN_TASK_SCRIPT = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "scripts", "run_task.py")
 # Jobs in the order their tasks are started: servers first.
 START_ORDER = (PS, CHIEF, WORKER, EVALUATOR)
+# More tasks than this on one machine is not a local cluster (each is a TensorFlow process).
+MAX_LOCAL_TASKS = 256
 
 
 @dataclasses.dataclass(frozen=True)
@@ -43,6 +45,12 @@ class Topology:
         if self.hosts is None:
             if self.num_ps < 0 or self.num_workers < 0:
                 raise ConfigError(f"--num_ps={self.num_ps} and --num_workers={self.num_workers} must be >= 0")
+            total = self.num_ps + self.num_workers
+            if total > MAX_LOCAL_TASKS:
+                raise ConfigError(
+                    f"--num_ps={self.num_ps} and --num_workers={self.num_workers}: {total} tasks, more than "
+                    f"{MAX_LOCAL_TASKS} on one machine (each is a TensorFlow process of about 0.5 GiB)"
+                )
             if self.num_workers + int(self.chief) < 1:
                 raise ConfigError("--num_workers=0 without --chief: a cluster needs at least one replica")
         else:

@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import dataclasses
+import math
 
-from ps_toolkit import optimizers
+from ps_toolkit import flag_ranges, optimizers
 from ps_toolkit.cluster import ClusterConfig
 from ps_toolkit.errors import ConfigError
 
@@ -72,6 +73,24 @@ class TrainConfig:
     def aggregate_count(self, cluster: ClusterConfig) -> int:
         return self.replicas_to_aggregate or cluster.num_replicas
 
+    def _check_ranges(self, cluster: ClusterConfig) -> None:
+        """Integers inside int64 (the global step's type), intervals finite and not negative."""
+        for name in ("batch_size", "save_summaries_steps", "steps_per_run", "eval_steps", "save_checkpoint_steps"):
+            flag_ranges.check_int(name, getattr(self, name))
+        flag_ranges.check_int("seed", self.seed, low=0)
+        # The last run of every replica may pass train_steps: the global step must still fit in int64.
+        headroom = cluster.num_replicas * self.steps_per_run
+        flag_ranges.check_int(
+            "train_steps", self.train_steps, high=flag_ranges.INT64_MAX - headroom, why="the global step is an int64"
+        )
+        if self.learning_rate is not None and not math.isfinite(self.learning_rate):
+            raise ConfigError(f"--learning_rate={self.learning_rate} is not a finite number")
+        flag_ranges.check_seconds("save_checkpoint_secs", self.save_checkpoint_secs)
+        flag_ranges.check_seconds("readiness_poll_secs", self.readiness_poll_secs, none_ok=False)
+        flag_ranges.check_seconds("watchdog_secs", self.watchdog_secs, zero_ok=True, none_ok=False)
+        flag_ranges.check_seconds("progress_every_secs", self.progress_every_secs, none_ok=False)
+        flag_ranges.check_seconds("stop_grace_secs", self.stop_grace_secs, zero_ok=True, none_ok=False)
+
     def validate(self, cluster: ClusterConfig) -> None:
         """Raises ConfigError naming the first bad or contradictory setting."""
         if self.model not in MODEL_NAMES:
@@ -94,6 +113,7 @@ class TrainConfig:
                     f"--replicas_to_aggregate={self.replicas_to_aggregate} must be between 1 and "
                     f"the number of training replicas, {cluster.num_replicas}"
                 )
+        self._check_ranges(cluster)
         if self.compute_near_weights not in NEAR_WEIGHTS_MODES:
             raise ConfigError(
                 f"unknown mode {self.compute_near_weights!r} (from --compute_near_weights); "

@@ -14,7 +14,7 @@ import time
 
 import tensorflow as tf
 
-from ps_toolkit import checkpoints, fast_path, train_graph
+from ps_toolkit import checkpoints, fast_path, step_guard, train_graph
 from ps_toolkit.cluster import ClusterConfig
 from ps_toolkit.errors import ConfigError
 from ps_toolkit.evaluation import write_summary
@@ -121,7 +121,7 @@ def train(
             *([graph.evaluation] if graph.evaluation else []),
         ]
         if cluster.is_chief:
-            hooks = _chief_saving_hooks(config, graph) + hooks
+            hooks = [step_guard.chief_hook(cluster, config, graph)] + _chief_saving_hooks(config, graph) + hooks
         _run_session(cluster, target, config, graph, hooks, progress, session_config)
         if progress.local_steps:
             progress.emit()

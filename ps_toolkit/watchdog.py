@@ -32,6 +32,9 @@ log = logging.getLogger(__name__)
 FIRST_REPORT_SECS = 3.0
 REPORT_EVERY_SECS = 10.0
 
+# A poll this much later than asked means the process was stopped or suspended, not waiting.
+_STOPPED_SECS = 2.0
+
 
 class ProgressWatchdog:
     """Ends the process unless ``beat()`` reports a new global step often enough.
@@ -93,9 +96,19 @@ class ProgressWatchdog:
     def _watch(self) -> None:
         watching = bool(self._timeout and self._timeout > 0)
         interval = min(1.0, self._timeout / 4) if watching else 1.0
+        last_poll = time.monotonic()
         while not self._stopped.wait(timeout=interval):
+            now = time.monotonic()
+            # CLOCK_MONOTONIC runs on while the process is stopped (SIGSTOP), and no
+            # clock excludes exactly that time. But this wait then overshoots by the
+            # stopped time: a wake that late means the process did not run, and that
+            # time is not counted against the peers (nor is a suspended machine's).
+            overshoot = now - last_poll - interval
+            last_poll = now
             with self._lock:
-                idle = time.monotonic() - self._last_change
+                if overshoot > _STOPPED_SECS:
+                    self._last_change += overshoot
+                idle = now - self._last_change
                 waiting_for, step = self._waiting_for, self._last_step
                 due = self._next_report if self._next_report is not None else self._first_report
             if watching and idle > self._timeout:

@@ -27,7 +27,7 @@ from absl import app, flags
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from ps_toolkit import cli, launcher, netns, preflight  # noqa: E402
+from ps_toolkit import cli, launcher, netns, open_ports, preflight  # noqa: E402
 from ps_toolkit import cluster as cluster_lib  # noqa: E402
 from ps_toolkit.drills import parse_kill  # noqa: E402
 from ps_toolkit.errors import EXIT_CONFIG, ConfigError  # noqa: E402
@@ -69,7 +69,11 @@ _ISOLATION = flags.DEFINE_enum(
 
 # scripts/run_task.py's training flags, defined once (ps_toolkit.cli) with their help, defaults
 # and choices, and passed through to every task when given here.
-_TRAIN_FLAGS = cli.names_defined_by(cli.define_training_flags) + cli.names_defined_by(cli.define_ps_flags)
+_TRAIN_FLAGS = (
+    cli.names_defined_by(cli.define_training_flags)
+    + cli.names_defined_by(cli.define_ps_flags)
+    + cli.names_defined_by(cli.define_port_flags)
+)
 flags.adopt_module_key_flags(cli)  # --help lists them as this script's own
 
 
@@ -89,7 +93,7 @@ def _train_args(run_dir: str) -> list[str]:
 
 
 def _options(command: list[str]) -> launcher.LaunchOptions:
-    given = [name for name in _TRAIN_FLAGS if flags.FLAGS[name].present]
+    given = [name for name in _TRAIN_FLAGS if flags.FLAGS[name].present and name != "allow_open_ports"]
     if command and given:
         raise ConfigError(
             f"--{given[0]} is a scripts/run_task.py flag; with a command after --, give it to the command"
@@ -201,6 +205,13 @@ def main(command: list[str]) -> int:
     except ConfigError as err:
         _fail(str(err))
     options = dataclasses.replace(options, env={**(options.env or {}), **_isolate(options.topology)})
+    private = options.env.get(netns.PRIVATE_NETWORK_ENV) == "1"
+    if command and not private and not open_ports.open_ports_allowed(flags.FLAGS.allow_open_ports):
+        # run_task.py tasks guard their own ports; a command of the user's binds its own, unguarded.
+        _fail(
+            "without a private network namespace the command's ports would be open on every interface, "
+            "unauthenticated: give --allow_open_ports if this machine's network is private"
+        )
     return launcher.launch(options).exit_code
 
 

@@ -35,6 +35,12 @@ _PARTITION = flags.DEFINE_string("partition", None, "sbatch --partition.")
 _NODES = flags.DEFINE_string("nodes", None, "sbatch --nodes, e.g. 2 or 2-4.")
 _SBATCH = flags.DEFINE_multi_string("sbatch", [], "Any other sbatch option, e.g. --sbatch=--account=ml.")
 _PYTHON = flags.DEFINE_string("python", sys.executable, "The Python interpreter on the compute nodes.")
+_ALLOW_OPEN_PORTS = flags.DEFINE_boolean(
+    "allow_open_ports",
+    False,
+    "Tasks not running as root cannot install the packet-filter rules that admit only the job's nodes, and "
+    "refuse to start: say the cluster network is private (docs/deploy.md) to let them serve unfenced.",
+)
 
 # Every training flag run_task.py knows, validated here and passed on when given.
 _BEFORE = set(flags.FLAGS)
@@ -70,6 +76,7 @@ def main(argv):
     if not 1 <= _PORT_BASE.value <= 65000:
         cli.fail(f"--port_base={_PORT_BASE.value} must be between 1 and 65000")
     task_args = [flags.FLAGS[name].serialize() for name in TRAINING_FLAGS if flags.FLAGS[name].present]
+    task_args += ["--allow_open_ports"] if _ALLOW_OPEN_PORTS.value else []
     script = slurm.sbatch_script(
         python=_PYTHON.value,
         run_task=RUN_TASK,

@@ -76,7 +76,7 @@ def main(argv):
             checkpoint_mount=_MOUNT.value,
             cluster_domain=_DOMAIN.value,
         )
-    documents = k8s.plain_objects(spec) if _PLAIN.value else [k8s.tfjob(spec)]
+    documents = k8s.plain_objects(spec) if _PLAIN.value else k8s.tfjob_objects(spec)
     sys.stdout.write(f"# Written by: make_tfjob.py {' '.join(shlex.quote(a) for a in sys.argv[1:])}\n")
     sys.stdout.write(k8s.to_yaml(documents))
 

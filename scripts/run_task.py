@@ -16,7 +16,7 @@ from absl import app, flags, logging
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from ps_toolkit import cli, paths, preflight, tf_import  # noqa: E402
+from ps_toolkit import cli, environment_errors, flag_ranges, open_ports, paths, preflight, tf_import  # noqa: E402
 from ps_toolkit.cluster import ClusterConfig  # noqa: E402
 from ps_toolkit.train_config import TrainConfig  # noqa: E402
 
@@ -25,6 +25,7 @@ tf_import.prefer_lean_import()
 cli.define_cluster_flags()
 cli.define_training_flags()
 cli.define_ps_flags()
+cli.define_port_flags()
 flags.adopt_module_key_flags(cli)  # --help lists them as this script's own
 
 
@@ -58,12 +59,19 @@ def main(argv):
         if config.checkpoint_dir is None:
             config = cli.with_checkpoint_dir(config, default_checkpoint_dir(cluster))
         config.validate(cluster)
+        flag_ranges.check_seconds(
+            "ps_orphan_timeout_secs", flags.FLAGS.ps_orphan_timeout_secs, zero_ok=True, none_ok=False
+        )
         cli.check_model_flags()
         preflight.check_topology(cluster)
         preflight.check_data_dir(config.data_dir)
         preflight.check_task_can_start(cluster)
-        logging.info("%s of %s; checkpoints in %s", cluster.device, cluster.source, config.checkpoint_dir)
-        run(cluster, config)
+        port = open_ports.guard_task_port(cluster, flags.FLAGS.allow_open_ports)
+        logging.info(
+            "%s of %s; port %s; checkpoints in %s", cluster.device, cluster.source, port, config.checkpoint_dir
+        )
+        with environment_errors.reported(f"{cluster.device} (checkpoints in {config.checkpoint_dir})"):
+            run(cluster, config)
     # Tearing down TensorFlow and its gRPC server takes seconds (4 s measured),
     # and every result is already flushed: end the process now.
     sys.stdout.flush()

@@ -8,6 +8,14 @@ os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")
 
 from absl import flags  # noqa: E402
 
+from ps_toolkit import port_guard  # noqa: E402
+
+# Standalone tasks guard their ports with packet-filter rules (ps_toolkit/port_guard.py) or
+# refuse to start. Where no rules can be installed (not root), the tests' own loopback
+# clusters run with their ports open; tests/test_open_ports.py checks the refusal itself.
+if port_guard.unavailable_reason():
+    os.environ.setdefault(port_guard.ALLOW_OPEN_PORTS_ENV, "1")
+
 
 def pytest_configure(config):
     # absl-based code reads flags; under pytest nothing parses them.

@@ -1,10 +1,13 @@
 """Bad input through scripts/run_task.py: one line naming the value and its source, exit 2, no traceback."""
 
+import contextlib
 import gzip
 import json
 import os
 import shutil
 import socket
+import subprocess
+import sys
 
 import pytest
 
@@ -67,6 +70,49 @@ CASES = {
     ),
     "stray argument": (OK_HOSTS + ["--job_name=ps", "extra"], {}, "'extra'"),
     "missing cluster file": (["--cluster_file=/nonexistent/c.json", "--job_name=ps"], {}, "/nonexistent/c.json"),
+    # Environment and range findings of issue 18: each used to be a traceback, or accepted in silence.
+    "empty host label": (["--ps_hosts=a..b:1", "--worker_hosts=h:2", "--job_name=ps"], {}, "'a..b': an empty label"),
+    "host label over 63": (
+        [f"--ps_hosts={'x' * 64}.example:1", "--worker_hosts=h:2", "--job_name=ps"],
+        {},
+        "has 64 characters, more than 63",
+    ),
+    "superscript port": (["--ps_hosts=h:²²²", "--worker_hosts=h:2", "--job_name=ps"], {}, "bad port"),
+    "fullwidth port": (["--ps_hosts=h:２６２３", "--worker_hosts=h:2", "--job_name=ps"], {}, "bad port"),
+    "train steps beyond int64": (
+        OK_HOSTS + ["--job_name=worker", f"--train_steps={2**63}"],
+        {},
+        f"--train_steps={2**63}",
+    ),
+    "train steps that overflow": (
+        OK_HOSTS + ["--job_name=worker", f"--train_steps={2**63 - 1}"],
+        {},
+        "the global step is an int64",
+    ),
+    "checkpoint secs nan": (
+        OK_HOSTS + ["--job_name=worker", "--save_checkpoint_secs=nan"],
+        {},
+        "--save_checkpoint_secs=nan",
+    ),
+    "checkpoint secs negative": (
+        OK_HOSTS + ["--job_name=worker", "--save_checkpoint_secs=-1"],
+        {},
+        "--save_checkpoint_secs=-1",
+    ),
+    "watchdog nan": (OK_HOSTS + ["--job_name=worker", "--watchdog_secs=nan"], {}, "--watchdog_secs=nan"),
+    "watchdog negative": (OK_HOSTS + ["--job_name=worker", "--watchdog_secs=-5"], {}, "--watchdog_secs=-5"),
+    "readiness poll inf": (
+        OK_HOSTS + ["--job_name=worker", "--readiness_poll_secs=inf"],
+        {},
+        "--readiness_poll_secs=inf",
+    ),
+    "learning rate nan": (OK_HOSTS + ["--job_name=worker", "--learning_rate=nan"], {}, "--learning_rate=nan"),
+    "orphan timeout nan": (
+        OK_HOSTS + ["--job_name=ps", "--ps_orphan_timeout_secs=nan"],
+        {},
+        "--ps_orphan_timeout_secs",
+    ),
+    "negative seed": (OK_HOSTS + ["--job_name=worker", "--seed=-3"], {}, "--seed=-3"),
 }
 
 
@@ -256,3 +302,133 @@ def test_bad_model_fn_input_is_one_line_and_exit_2(case, tmp_path):
     outcome = run_tasks({case: python_command(RUN_TASK, *args)}, timeout=90, env=USER_MODELS)[case]
     assert_clean_failure(outcome, expected)
     assert not os.path.exists(tmp_path / "ckpt"), outcome.describe()
+
+
+def test_non_utf8_cluster_file(tmp_path):
+    path = tmp_path / "cluster.json"
+    path.write_bytes(b'{"ps": ["h:1"], "worker": ["h\xff:2"]}')
+    args = [f"--cluster_file={path}", "--job_name=ps", f"--checkpoint_dir={tmp_path}/c"]
+    outcome = run_tasks({"ps": python_command(RUN_TASK, *args)}, timeout=60)["ps"]
+    assert_clean_failure(outcome, "is not UTF-8 text (byte 0xff at offset 29)")
+
+
+def mounted_tmpfs(path, options: str):
+    """A small tmpfs at ``path`` (root only); the caller unmounts it."""
+    os.makedirs(path)
+    subprocess.run(["mount", "-t", "tmpfs", "-o", options, "tmpfs", str(path)], check=True, timeout=20)
+
+
+def test_environment_errors_are_one_line_and_status_5(tmp_path):
+    """A checkpoint "folder" that is a file, or under one; as root also a read-only and a full file system."""
+    (tmp_path / "afile").write_text("not a folder")
+    folders = {"is a file": tmp_path / "afile", "under a file": tmp_path / "afile" / "ckpt"}
+    mounts = []
+    try:
+        if os.geteuid() == 0:
+            mounted_tmpfs(tmp_path / "ro", "ro,size=64k")
+            mounts.append(tmp_path / "ro")
+            mounted_tmpfs(tmp_path / "full", "size=64k")
+            mounts.append(tmp_path / "full")
+            with open(tmp_path / "full" / "filler", "wb", buffering=0) as filler, contextlib.suppress(OSError):
+                filler.write(b"\0" * 128 * 1024)
+            folders.update({"read-only": tmp_path / "ro" / "ckpt", "full": tmp_path / "full" / "ckpt"})
+        expected = {
+            "is a file": "a file is in the way of a folder",
+            "under a file": "a path component is a file, not a folder",
+            "read-only": "the file system is read-only",
+            "full": "the disk is full",
+        }
+        commands = {
+            name: python_command(
+                RUN_TASK, f"--worker_hosts=localhost:{port}", "--job_name=worker", f"--checkpoint_dir={folder}"
+            )
+            for (name, folder), port in zip(folders.items(), free_ports(len(folders)), strict=True)
+        }
+        outcomes = run_tasks(commands, timeout=240)
+        for name, outcome in outcomes.items():
+            assert_clean_failure(outcome, expected[name], exit_code=5)
+            assert str(folders[name]) in outcome.stderr, outcome.describe()
+    finally:
+        for mount in mounts:
+            subprocess.run(["umount", str(mount)], check=False, timeout=20)
+
+
+def free_ports(count: int) -> list[int]:
+    sockets = [socket.socket() for _ in range(count)]
+    try:
+        for sock in sockets:
+            sock.bind(("127.0.0.1", 0))
+        return [sock.getsockname()[1] for sock in sockets]
+    finally:
+        for sock in sockets:
+            sock.close()
+
+
+def test_a_port_taken_between_the_check_and_the_bind_is_status_4(monkeypatch):
+    """Two launches at the same instant: the loser's bind fails after its check passed."""
+    import tensorflow as tf
+
+    from ps_toolkit import server
+    from ps_toolkit.cluster import ClusterConfig
+    from ps_toolkit.errors import EXIT_PORT_IN_USE, PortInUseError
+
+    with socket.socket() as taken:  # no SO_REUSEPORT: gRPC cannot share it
+        taken.bind(("", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        cluster = ClusterConfig.from_host_flags(
+            ps_hosts=None, worker_hosts=f"localhost:{port}", job_name="worker", task_index=0
+        )
+        monkeypatch.setattr(server, "check_port_free", lambda cluster: None)  # the check ran before the race
+        with pytest.raises(PortInUseError) as lost:
+            server.start_server(cluster, tf.compat.v1.ConfigProto())
+    assert lost.value.exit_code == EXIT_PORT_IN_USE
+    assert f"port {port}" in str(lost.value) and "between the check and the bind" in str(lost.value)
+
+
+LAUNCHER = os.path.join(os.path.dirname(RUN_TASK), "launch_local.py")
+
+
+def launch(tmp_path, *args: str, timeout: float = 120) -> subprocess.CompletedProcess:
+    argv = [sys.executable, LAUNCHER, "--isolation=none", "--allow_open_ports", f"--log_dir={tmp_path}", *args]
+    return subprocess.run(argv, capture_output=True, text=True, timeout=timeout)
+
+
+def exiting_with(status: int) -> list[str]:
+    """A task command (after --) that exits with ``status`` at once, ignoring the cluster flags appended to it."""
+    return ["--", sys.executable, "-c", f"import sys; sys.exit({status})"]
+
+
+def test_on_failure_does_not_retry_an_environment_error(tmp_path):
+    done = launch(tmp_path, "--restart=on-failure", "--num_workers=1", "--num_ps=0", *exiting_with(5))
+    assert done.returncode == 5, done.stdout + done.stderr
+    assert "restarting it" not in done.stdout, done.stdout
+    assert "not restarted: a permanent status" in done.stdout, done.stdout
+
+
+def test_the_summary_says_when_the_restart_budget_is_spent(tmp_path):
+    done = launch(
+        tmp_path, "--restart=on-failure", "--max_restarts=2", "--num_workers=1", "--num_ps=0", *exiting_with(200)
+    )
+    assert done.returncode == 200, done.stdout + done.stderr
+    assert done.stdout.count("restarting it") == 2, done.stdout
+    assert "restart budget spent: 2/2 restarts used" in done.stdout, done.stdout
+    assert "restart budget spent" in (tmp_path / "summary.txt").read_text()
+
+
+@pytest.mark.parametrize(
+    "args, expected",
+    [
+        (["--num_workers=100000"], "--num_workers=100000"),
+        (["--grace_secs=nan"], "--grace_secs=nan"),
+        (["--timeout_secs=-1"], "--timeout_secs=-1"),
+        (["--max_restarts=-1"], "--max_restarts=-1"),
+        (["--kill=ps:0@nans"], "--kill"),
+    ],
+)
+def test_launcher_flags_out_of_range_are_one_line_and_status_2(tmp_path, args, expected):
+    done = launch(tmp_path, *args, timeout=60)
+    assert done.returncode == 2, done.stdout + done.stderr
+    assert "Traceback" not in done.stderr, done.stderr
+    lines = [line for line in done.stderr.splitlines() if line.startswith("launch_local.py: ")]
+    assert len(lines) == 1 and expected in lines[0], done.stderr

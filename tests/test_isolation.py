@@ -199,7 +199,8 @@ def test_ports_answer_inside_the_namespace_only(launch):
 
 def test_isolation_none_keeps_plain_loopback(launch):
     # A value inherited from an outer launch must not reach tasks that are not isolated.
-    run = launch("--isolation=none", env=dict(os.environ, PS_TOOLKIT_PRIVATE_NETWORK="1"))
+    # A command of the user's binds its own ports, which the launcher cannot guard: say they may be open.
+    run = launch("--isolation=none", "--allow_open_ports", env=dict(os.environ, PS_TOOLKIT_PRIVATE_NETWORK="1"))
     latest = run.wait_reports()
     check_peers(latest)
     for task, report in latest.items():
@@ -261,7 +262,7 @@ def without_network_namespaces() -> list[str]:
 def test_auto_warns_in_one_line_and_falls_back_to_loopback(launch, tmp_path):
     # TMPDIR: the port lock folder of the real root may not be writable by the mapped user.
     env = dict(os.environ, TMPDIR=str(tmp_path))
-    run = launch("--isolation=auto", wrapper=without_network_namespaces(), env=env)
+    run = launch("--isolation=auto", "--allow_open_ports", wrapper=without_network_namespaces(), env=env)
     latest = run.wait_reports()
     check_peers(latest)
     assert {report["private_env"] for report in latest.values()} == {None}, latest

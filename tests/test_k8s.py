@@ -139,7 +139,8 @@ def test_tfjob_round_trips_through_yaml_and_matches_the_schema():
     assert parsed["spec"]["runPolicy"]["cleanPodPolicy"] == "Running"
     container = replicas["PS"]["template"]["spec"]["containers"][0]
     assert container["ports"] == [{"name": "tfjob-port", "containerPort": 2222}]
-    assert "env" not in container  # the operator writes TF_CONFIG itself
+    # The operator writes TF_CONFIG itself; the NetworkPolicy fences the port, not a packet filter in the pod.
+    assert container["env"] == [{"name": "PS_TOOLKIT_ALLOW_OPEN_PORTS", "value": "1"}]
 
 
 def test_tfjob_against_the_operator_crd_when_given():
@@ -156,7 +157,8 @@ def test_plain_objects_are_a_headless_service_and_one_indexed_job_per_role():
     spec = make_spec(roles=(("chief", 1), ("ps", 1), ("worker", 2), ("evaluator", 1)), checkpoint_pvc="ckpt")
     documents = list(yaml.safe_load_all(k8s.to_yaml(k8s.plain_objects(spec))))
     assert documents == k8s.plain_objects(spec)
-    service, *jobs = documents
+    service, *jobs, policy = documents
+    assert policy == k8s.network_policy(spec)
     jsonschema.validate(service, SERVICE_SCHEMA)
     assert service["spec"]["selector"] == {k8s.LABEL: "mnist"}
     assert [job["metadata"]["name"] for job in jobs] == ["mnist-chief", "mnist-ps", "mnist-worker", "mnist-evaluator"]
@@ -167,7 +169,7 @@ def test_plain_objects_are_a_headless_service_and_one_indexed_job_per_role():
         assert pod["subdomain"] == service["metadata"]["name"] and pod["restartPolicy"] == "OnFailure"
         env = [item["name"] for item in pod["containers"][0]["env"]]
         # Kubernetes expands $(TASK_INDEX) only from variables defined before it.
-        assert env == ["TASK_INDEX", "TF_CONFIG"]
+        assert env == ["TASK_INDEX", "TF_CONFIG", "PS_TOOLKIT_ALLOW_OPEN_PORTS"]
 
 
 @pytest.mark.parametrize("job, index", [("ps", 0), ("worker", 1), ("chief", 0), ("evaluator", 0)])
@@ -185,10 +187,10 @@ def test_plain_tf_config_uses_the_service_dns_names(job, index):
 
 
 def test_exit_code_policy_fails_plain_jobs_on_permanent_statuses():
-    for job in k8s.plain_objects(make_spec(restart_policy="ExitCode"))[1:]:
+    for job in k8s.plain_objects(make_spec(restart_policy="ExitCode"))[1:-1]:
         assert job["spec"]["template"]["spec"]["restartPolicy"] == "Never"
         (rule,) = job["spec"]["podFailurePolicy"]["rules"]
-        assert rule["action"] == "FailJob" and rule["onExitCodes"]["values"] == [1, 2, 3, 4]
+        assert rule["action"] == "FailJob" and rule["onExitCodes"]["values"] == [1, 2, 3, 4, 5]
     assert (
         k8s.tfjob(make_spec(restart_policy="ExitCode"))["spec"]["tfReplicaSpecs"]["PS"]["restartPolicy"] == "ExitCode"
     )
@@ -241,14 +243,35 @@ def test_operator_evaluator_tf_config_is_accepted():
 def test_make_tfjob_writes_both_forms():
     tfjob = run_script("--num_ps=1", "--num_workers=2", "--image=img:1", "--train_steps=50", "--checkpoint_pvc=ck")
     assert tfjob.returncode == 0, tfjob.stderr
-    (manifest,) = yaml.safe_load_all(tfjob.stdout)
+    manifest, policy = yaml.safe_load_all(tfjob.stdout)
+    assert policy["kind"] == "NetworkPolicy"
     jsonschema.validate(manifest, TFJOB_SCHEMA)
     args = manifest["spec"]["tfReplicaSpecs"]["Worker"]["template"]["spec"]["containers"][0]["args"]
     assert args == ["--train_steps=50", "--checkpoint_dir=/checkpoints/ps-toolkit"]
     plain = run_script("--image=img:1", "--plain", "--sync_replicas")
     assert plain.returncode == 0, plain.stderr
     kinds = [d["kind"] for d in yaml.safe_load_all(plain.stdout)]
-    assert kinds == ["Service", "Job", "Job"]
+    assert kinds == ["Service", "Job", "Job", "NetworkPolicy"]
+
+
+@pytest.mark.parametrize("plain", [False, True], ids=["tfjob", "plain"])
+def test_the_network_policy_admits_only_the_jobs_own_pods(plain):
+    """Every pod the objects create is selected by the policy, and only pods of the same job may connect."""
+    spec = make_spec(roles=(("chief", 1), ("ps", 2), ("worker", 2)))
+    documents = list(yaml.safe_load_all(k8s.to_yaml(k8s.plain_objects(spec) if plain else k8s.tfjob_objects(spec))))
+    (policy,) = [d for d in documents if d["kind"] == "NetworkPolicy"]
+    selector = policy["spec"]["podSelector"]["matchLabels"]
+    assert policy["spec"]["policyTypes"] == ["Ingress"]
+    assert policy["spec"]["ingress"] == [{"from": [{"podSelector": {"matchLabels": selector}}]}]
+    assert policy["metadata"]["namespace"] == spec.namespace
+    if plain:
+        templates = [d["spec"]["template"] for d in documents if d["kind"] == "Job"]
+    else:
+        (tfjob,) = [d for d in documents if d["kind"] == "TFJob"]
+        templates = [r["template"] for r in tfjob["spec"]["tfReplicaSpecs"].values()]
+    assert templates and all(selector.items() <= t["metadata"]["labels"].items() for t in templates)
+    other = k8s.network_policy(make_spec(name="other"))
+    assert other["spec"]["podSelector"] != policy["spec"]["podSelector"]
 
 
 @pytest.mark.parametrize(

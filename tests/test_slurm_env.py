@@ -163,6 +163,14 @@ def test_make_slurm_job_passes_training_flags_through():
     assert "#SBATCH --ntasks=6" in done.stdout and "#SBATCH --time=1:00" in done.stdout
     assert f"{RUN_TASK} --cluster_from=slurm --slurm_roles=ps:2,chief:1,worker:3" in done.stdout
     assert done.stdout.rstrip().endswith("--sync_replicas")
+    assert "--allow_open_ports" not in done.stdout  # by default the tasks fence their ports or refuse
+
+
+def test_make_slurm_job_says_the_network_is_private_only_when_told():
+    command = [sys.executable, MAKE_SLURM_JOB, "--allow_open_ports"]
+    done = subprocess.run(command, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.rstrip().endswith("--allow_open_ports")
 
 
 @pytest.mark.parametrize(

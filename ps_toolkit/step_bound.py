@@ -1,0 +1,87 @@
+"""How far the global step can honestly move between two of the chief's reads.
+
+The global step lives on a ps, and anyone who can reach the ps can assign it
+(the attack of issue 18 set it to 10**9, and the run "succeeded" after 8,139 of
+150,000 steps). The chief reads the step after every run anyway; this bound
+tells it when a read cannot be the replicas' doing:
+
+* never above ``train_steps`` plus one run of every replica, times ``slack``:
+  a replica stops once it reads a step at or past ``train_steps``, so honest
+  overshoot is at most one run each; this holds from the first read on,
+  a restored checkpoint included;
+* between two reads, at most ``slack`` runs of every replica plus what every
+  replica could do in the time between the reads at ``slack`` times the
+  fastest rate the chief itself has stepped at. Until the chief has timed one
+  run of its own (its first run includes graph warm-up while the others may
+  be training) only the ceiling applies.
+
+A step that goes down (a ps restarted and restored from an older checkpoint)
+is not a jump: it becomes the new baseline. Pure arithmetic, no TensorFlow.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+DEFAULT_SLACK = 10
+
+
+@dataclasses.dataclass
+class StepBound:
+    """The bound for one cluster; ``check`` each read in order, with the chief's own steps and seconds.
+
+    Example:
+        bound = StepBound(num_replicas=3, steps_per_run=20, train_steps=1000)
+        bound.reset(0, now=0.0)
+        bound.check(60, now=1.0, own_steps=20, own_secs=0.9)   # None: plausible
+        bound.check(10**9, now=2.0, own_steps=20, own_secs=0.9)  # a one-line reason
+    """
+
+    num_replicas: int
+    steps_per_run: int
+    train_steps: int
+    slack: int = DEFAULT_SLACK
+    _last: int | None = None
+    _last_time: float = 0.0
+    _peak_rate: float = 0.0  # the chief's fastest own steps per second so far
+
+    @property
+    def ceiling(self) -> int:
+        return self.train_steps + self.num_replicas * self.steps_per_run * self.slack
+
+    def reset(self, step: int, now: float) -> str | None:
+        """A fresh session's first read: only the ceiling applies; it becomes the baseline."""
+        self._last, self._last_time = step, now
+        return self._above_ceiling(step, "read at session start")
+
+    def check(self, step: int, now: float, own_steps: int = 0, own_secs: float = 0.0) -> str | None:
+        """None when ``step`` is plausible after the last read, else why not (one line)."""
+        if own_steps > 0 and own_secs > 0:
+            self._peak_rate = max(self._peak_rate, own_steps / own_secs)
+        problem = self._above_ceiling(step, f"after {self._last}")
+        if problem is None and self._last is not None and step > self._last:
+            elapsed = max(now - self._last_time, 0.0)
+            allowed = self.allowed_jump(elapsed)
+            if allowed is not None and step - self._last > allowed:
+                problem = (
+                    f"the global step jumped from {self._last} to {step} in {elapsed:.1f}s: more than "
+                    f"{self.num_replicas} replica(s) could have stepped (at most {allowed})"
+                )
+        if problem is None:
+            self._last, self._last_time = step, now
+        return problem
+
+    def allowed_jump(self, elapsed: float) -> int | None:
+        """The largest honest jump in ``elapsed`` seconds, or None before the chief has timed a run."""
+        if self._peak_rate <= 0:
+            return None
+        runs = self.num_replicas * self.steps_per_run * self.slack
+        return int(runs + self.slack * self.num_replicas * self._peak_rate * elapsed)
+
+    def _above_ceiling(self, step: int, when: str) -> str | None:
+        if step > self.ceiling:
+            return (
+                f"the global step is {step} ({when}), above anything {self.num_replicas} replica(s) "
+                f"training to --train_steps={self.train_steps} can reach (at most {self.ceiling})"
+            )
+        return None

@@ -1,0 +1,218 @@
+"""The attack of issue 18, rerun: from another network namespace, a ps's gRPC port gives no connection.
+
+Each test makes two namespaces joined by a bridge (tests/netns_helpers.py):
+the cluster runs in the first, on loopback addresses as the README's three
+terminals do; the attacker in the second points a tf.compat.v1 session at the
+first one's address and the ps's port. Root only (namespaces, iptables).
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+
+import pytest
+
+from tests import logwatch
+from tests.netns_helpers import Namespaces
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+RUN_TASK = os.path.join(ROOT, "scripts", "run_task.py")
+LAUNCHER = os.path.join(ROOT, "scripts", "launch_local.py")
+ATTACK = os.path.join(ROOT, "tests", "fixtures", "attack_client.py")
+PORT = 24310  # inside fresh namespaces every port is free
+HOSTS = [f"--ps_hosts=localhost:{PORT}", f"--worker_hosts=localhost:{PORT + 1},localhost:{PORT + 2}"]
+ENV = dict(os.environ, PYTHONPATH=ROOT, TF_CPP_MIN_LOG_LEVEL="2", PYTHONUNBUFFERED="1")
+
+pytestmark = pytest.mark.timeout(300)
+
+
+@pytest.fixture
+def spaces():
+    if os.geteuid() != 0:
+        pytest.skip("network namespaces and packet filters need root")
+    made = Namespaces(2).create()
+    try:
+        yield made
+    finally:
+        made.remove()
+
+
+def connects(spaces, index: int, host: str, port: int) -> bool:
+    """Whether a plain TCP connect from namespace ``index`` succeeds within 3 s."""
+    probe = f"import socket; socket.create_connection(({host!r}, {port}), timeout=3).close()"
+    done = subprocess.run(spaces.command(index, sys.executable, "-c", probe), capture_output=True, timeout=30)
+    return done.returncode == 0
+
+
+def attack(spaces, *extra: str) -> str:
+    """The tf.compat.v1 client's verdict, run in the second namespace against the first's ps port."""
+    done = subprocess.run(
+        spaces.command(1, sys.executable, ATTACK, f"{spaces.addresses[0]}:{PORT}", *extra),
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=ENV,
+    )
+    lines = [line for line in done.stdout.splitlines() if line.strip()]
+    assert lines, done.stderr[-3000:]
+    return lines[-1]
+
+
+def guard_rules(spaces) -> list[str]:
+    listing = subprocess.run(spaces.command(0, "iptables", "-S", "INPUT"), capture_output=True, text=True, timeout=20)
+    return [line for line in listing.stdout.splitlines() if f'"ps_toolkit port {PORT}"' in line]
+
+
+def start(spaces, argv: list[str]) -> subprocess.Popen:
+    return subprocess.Popen(
+        spaces.command(0, *argv),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        env=ENV,
+        cwd=ROOT,
+        start_new_session=True,
+    )
+
+
+def stop(process: subprocess.Popen, sig=signal.SIGTERM) -> str:
+    if process.poll() is None:
+        os.killpg(process.pid, sig)
+    try:
+        output, _ = process.communicate(timeout=60)
+    except subprocess.TimeoutExpired:
+        os.killpg(process.pid, signal.SIGKILL)
+        output, _ = process.communicate(timeout=30)
+    return output or ""
+
+
+def ps_command(*extra: str) -> list[str]:
+    return [sys.executable, RUN_TASK, "--job_name=ps", *HOSTS, "--checkpoint_dir=/nonexistent-unused", *extra]
+
+
+@pytest.mark.parametrize("allow_open_ports", [False, True], ids=["default", "allow_open_ports"])
+def test_standalone_ps_answers_loopback_only(spaces, allow_open_ports):
+    ps = start(spaces, ps_command(*(["--allow_open_ports"] if allow_open_ports else [])))
+    try:
+        logwatch.wait_until(lambda: connects(spaces, 0, "127.0.0.1", PORT), 120, "the ps listening on loopback")
+        verdict = attack(spaces)
+        if allow_open_ports:
+            # The control: told the network is private, the port is open, and the attack connects.
+            assert verdict == "CONNECTED", verdict
+            assert not guard_rules(spaces)
+        else:
+            assert verdict.startswith("NO CONNECTION"), verdict
+            assert len(guard_rules(spaces)) == 1, guard_rules(spaces)
+    finally:
+        # SIGKILL: the task runs no clean-up of its own; its guardian still removes the rules.
+        output = stop(ps, signal.SIGKILL)
+    logwatch.wait_until(lambda: not guard_rules(spaces), 20, "the rules removed", lambda: output[-3000:])
+
+
+def test_multi_host_cluster_admits_its_hosts_only(spaces):
+    """A ps whose cluster names the first namespace's peer admits it, and nobody else."""
+    hosts = [f"--ps_hosts={spaces.addresses[0]}:{PORT}", f"--worker_hosts=10.213.0.250:{PORT + 1}"]
+    ps = start(spaces, [sys.executable, RUN_TASK, "--job_name=ps", *hosts, "--checkpoint_dir=/nonexistent-unused"])
+    try:
+        logwatch.wait_until(lambda: connects(spaces, 0, spaces.addresses[0], PORT), 120, "the ps listening")
+        rules = guard_rules(spaces)
+        assert any("-s 10.213.0.250/32" in r and "ACCEPT" in r for r in rules), rules
+        assert any("DROP" in r for r in rules), rules
+        assert not connects(spaces, 1, spaces.addresses[0], PORT)
+    finally:
+        output = stop(ps)
+    logwatch.wait_until(lambda: not guard_rules(spaces), 20, "the rules removed", lambda: output[-3000:])
+
+
+def test_stale_rules_of_a_killed_guardian_are_replaced(spaces):
+    """Rules left by a guardian that was itself SIGKILLed go when the next task on the port starts."""
+    stale = ["-p", "tcp", "--dport", str(PORT), "-m", "comment", "--comment", f"ps_toolkit port {PORT}", "-j", "DROP"]
+    for _ in range(2):
+        subprocess.run(spaces.command(0, "iptables", "-I", "INPUT", *stale), check=True, timeout=20)
+    assert len(guard_rules(spaces)) == 2
+    script = (
+        # port_guard.py alone (standard library only), without the package's imports.
+        f"import subprocess, sys; sys.path.insert(0, {os.path.join(ROOT, 'ps_toolkit')!r}); import port_guard;"
+        f"g = port_guard.PortGuard.start({PORT}, ['localhost']);"
+        "rules = subprocess.run(['iptables', '-S', 'INPUT'], capture_output=True, text=True).stdout;"
+        f"print(rules.count('ps_toolkit port {PORT}'));"
+        "g.release()"
+    )
+    done = subprocess.run(
+        spaces.command(0, sys.executable, "-c", script), capture_output=True, text=True, timeout=60, env=ENV
+    )
+    assert done.stdout.strip() == "1", done.stdout + done.stderr
+    assert not guard_rules(spaces)
+
+
+def test_where_no_rules_can_be_installed_the_task_refuses_in_one_line(tmp_path):
+    """No iptables on PATH (or not root): exit 2, one line that names the way out, nothing started."""
+    env = dict(ENV, PATH=str(tmp_path))
+    env.pop("PS_TOOLKIT_ALLOW_OPEN_PORTS", None)
+    argv = [sys.executable, RUN_TASK, "--job_name=ps", *HOSTS, f"--checkpoint_dir={tmp_path}/c"]
+    done = subprocess.run(argv, capture_output=True, text=True, timeout=60, env=env)
+    assert done.returncode == 2, done.stderr[-3000:]
+    errors = [line for line in done.stderr.splitlines() if "run_task.py: error:" in line]
+    assert len(errors) == 1, done.stderr
+    assert "--allow_open_ports" in errors[0] and f"port {PORT}" in errors[0], errors[0]
+    assert ("iptables is not installed" if os.geteuid() == 0 else "not root") in errors[0], errors[0]
+    assert "Traceback" not in done.stderr
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("isolation", ["auto", "none"])
+def test_launch_local_defaults_give_no_connection(spaces, isolation, tmp_path):
+    os.chmod(tmp_path, 0o755)
+    argv = [sys.executable, LAUNCHER, *HOSTS, "--train_steps=10000000", f"--log_dir={tmp_path}", "--quiet"]
+    launcher = start(spaces, argv + ([f"--isolation={isolation}"] if isolation != "auto" else []))
+    try:
+        log = tmp_path / "worker-0.log"
+        logwatch.wait_until(lambda: log.exists() and logwatch.progress(str(log)), 240, "training progress")
+        assert attack(spaces).startswith("NO CONNECTION")
+        if isolation == "none":
+            assert len(guard_rules(spaces)) == 1, guard_rules(spaces)
+            assert connects(spaces, 0, "127.0.0.1", PORT)
+    finally:
+        output = stop(launcher)
+    logwatch.wait_until(lambda: not guard_rules(spaces), 20, "the rules removed", lambda: output[-3000:])
+
+
+@pytest.mark.slow
+def test_a_tampered_global_step_stops_the_chief_with_status_2(spaces, tmp_path):
+    """With the ports told open, the attack's AssignVariableOp reaches the step; the chief refuses it."""
+    os.chmod(tmp_path, 0o755)
+    argv = [sys.executable, LAUNCHER, *HOSTS, "--isolation=none", "--allow_open_ports", "--train_steps=150000"]
+    launcher = start(spaces, argv + [f"--log_dir={tmp_path}", "--quiet", "--steps_per_run=1"])
+    try:
+        log = tmp_path / "worker-0.log"
+        logwatch.wait_until(lambda: log.exists() and logwatch.progress(str(log)), 240, "training progress")
+        assert attack(spaces, f"--set_global_step={10**9}") == "CONNECTED"
+        logwatch.wait_until(lambda: launcher.poll() is not None, 120, "the launcher to end")
+    finally:
+        output = stop(launcher)
+    assert launcher.returncode == 2, output[-3000:]
+    chief_log = log.read_text()
+    refusals = [line for line in chief_log.splitlines() if "run_task.py: error:" in line]
+    assert len(refusals) == 1 and "the global step is 100000000" in refusals[0] and "tampered" in refusals[0], (
+        chief_log[-3000:]
+    )
+    assert not any("100000" in name for name in os.listdir(tmp_path / "checkpoints")), os.listdir(tmp_path)
+
+
+def test_a_user_command_without_a_private_namespace_needs_allow_open_ports(tmp_path):
+    """launch_local.py cannot guard ports a user's command binds itself: exit 2 unless told they may be open."""
+    env = dict(ENV)
+    env.pop("PS_TOOLKIT_ALLOW_OPEN_PORTS", None)
+    argv = [sys.executable, LAUNCHER, "--isolation=none", f"--log_dir={tmp_path}", "--num_ps=0", "--num_workers=1"]
+    command = ["--", sys.executable, "-c", "pass"]
+    refused = subprocess.run(argv + command, capture_output=True, text=True, timeout=60, env=env)
+    assert refused.returncode == 2, refused.stderr[-3000:]
+    lines = [line for line in refused.stderr.splitlines() if line.startswith("launch_local.py: ")]
+    assert len(lines) == 1 and "--allow_open_ports" in lines[0], refused.stderr[-3000:]
+    allowed = subprocess.run(
+        argv + ["--allow_open_ports", *command], capture_output=True, text=True, timeout=60, env=env
+    )
+    assert allowed.returncode == 0, allowed.stdout[-3000:] + allowed.stderr[-3000:]
