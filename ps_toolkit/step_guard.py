@@ -45,6 +45,11 @@ class StepGuardHook(tf.compat.v1.train.SessionRunHook):
         own_steps = int(steps_in_run[0]) if steps_in_run else 1
         self._refuse(self._bound.check(int(step), now, own_steps, now - self._started))
 
+    def end(self, session):
+        # The stop hook may have ended the loop on the very read that jumped; this runs
+        # before the saver's end(), which would write the final checkpoint.
+        self._refuse(self._bound.check(int(session.run(self._global_step)), time.monotonic()))
+
     def _refuse(self, problem: str | None) -> None:
         if problem:
             raise ConfigError(
