@@ -153,3 +153,18 @@ def test_sigkill_of_the_launcher_ends_the_fork_server_and_its_tasks(tmp_path):
     for proc in alive:
         proc.kill()
     assert not alive, alive
+
+
+def test_local_cluster_forks_its_tasks_and_kills_and_restarts_them(tmp_path):
+    from ps_toolkit.local_cluster import LocalCluster
+
+    command = [sys.executable, RUN_LEGACY, PROBE, "sleep"]
+    with LocalCluster(num_ps=1, num_workers=1, command=command, log_dir=str(tmp_path)) as cluster:
+        first = cluster.pid("ps", 0)
+        parent = psutil.Process(first).parent()
+        assert "ps_toolkit.fork_server" in " ".join(parent.cmdline()), parent.cmdline()
+        assert cluster.kill("ps", 0) == -signal.SIGKILL
+        cluster.restart("ps", 0)
+        assert cluster.pid("ps", 0) != first and cluster.returncode("ps", 0) is None
+        assert psutil.Process(cluster.pid("ps", 0)).ppid() == parent.pid
+    assert cluster.returncode("ps", 0) == -signal.SIGTERM and cluster.returncode("worker", 0) == -signal.SIGTERM
