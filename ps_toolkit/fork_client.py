@@ -29,11 +29,12 @@ import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 
-from ps_toolkit import fork_protocol, processes
+from ps_toolkit import fork_protocol, processes, tf_import
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # Commands a fork server runs: the toolkit's task entry and the legacy-script runner.
-FORKABLE_SCRIPTS = tuple(os.path.join(REPO, "scripts", name) for name in ("run_task.py", "run_legacy.py"))
+RUN_LEGACY_SCRIPT = os.path.join(REPO, "scripts", "run_legacy.py")
+FORKABLE_SCRIPTS = (os.path.join(REPO, "scripts", "run_task.py"), RUN_LEGACY_SCRIPT)
 START_METHODS = ("fork", "exec")
 # Importing TensorFlow on a busy 2-core machine can take tens of seconds.
 READY_TIMEOUT_SECS = 120.0
@@ -55,12 +56,19 @@ def import_key(env: Mapping[str, str]) -> tuple:
     return tuple(sorted((k, v) for k, v in env.items() if k.startswith(_IMPORT_TIME_PREFIXES) and k not in _PER_TASK))
 
 
-def forkable(argv: Sequence[str]) -> bool:
-    """Whether ``argv`` is ``python SCRIPT ...`` with this interpreter and one of the toolkit's task scripts."""
-    if len(argv) < 2:
+def forkable(argv: Sequence[str], env: Mapping[str, str]) -> bool:
+    """Whether ``argv`` is ``python SCRIPT ...`` with this interpreter and one of the toolkit's task scripts.
+
+    The server imports TensorFlow with the legacy Keras unless ``env`` says otherwise
+    (tf_import), as run_task.py does; run_legacy.py always wants it, so with the
+    modern Keras chosen it is exec'd.
+    """
+    if len(argv) < 2 or os.path.realpath(argv[0]) != os.path.realpath(sys.executable):
         return False
-    same_python = os.path.realpath(argv[0]) == os.path.realpath(sys.executable)
-    return same_python and os.path.realpath(argv[1]) in FORKABLE_SCRIPTS
+    script = os.path.realpath(argv[1])
+    if script == RUN_LEGACY_SCRIPT and env.get(tf_import.LEGACY_KERAS_ENV, "1") != "1":
+        return False
+    return script in FORKABLE_SCRIPTS
 
 
 class ForkServer:
@@ -332,7 +340,7 @@ class TaskStarter:
         self._preload = tuple(preload)
 
     def start(self, argv: Sequence[str], *, env: Mapping[str, str], stdout, stderr, cwd: str | None = None, text=False):
-        if self.method == "fork" and forkable(argv):
+        if self.method == "fork" and forkable(argv, env):
             server = shared_server(env, self._preload)
             if server is not None:
                 try:

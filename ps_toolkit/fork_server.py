@@ -31,7 +31,7 @@ import socket
 import sys
 import warnings
 
-from ps_toolkit import fork_child, fork_protocol
+from ps_toolkit import fork_child, fork_protocol, tf_import
 
 # Threads that TensorFlow 2.21's ``import tensorflow`` starts (after numpy's
 # OpenBLAS pool, which is counted before it and is fork-safe: it re-creates
@@ -71,6 +71,9 @@ class _Server:
         self._allowed_threads = 0
 
     def serve(self, modules: list[str]) -> None:
+        # As scripts/run_task.py and run_legacy.py do before their import (fork_client.forkable
+        # keeps a legacy script whose environment says otherwise on exec).
+        tf_import.prefer_lean_import()
         import numpy  # noqa: F401 - its thread pool is counted before TensorFlow's
 
         self._allowed_threads = thread_count() + TF_IMPORT_THREADS

@@ -21,6 +21,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 PROBE = os.path.join(ROOT, "tests", "fixtures", "fork_probe.py")
 RUN_TASK = os.path.join(ROOT, "scripts", "run_task.py")
 RUN_LEGACY = os.path.join(ROOT, "scripts", "run_legacy.py")
+KERAS_PROBE = os.path.join(ROOT, "tests", "fixtures", "keras_probe.py")
 FAKE_TASK = os.path.join(ROOT, "tests", "fixtures", "fake_task.py")
 LAUNCHER = os.path.join(ROOT, "scripts", "launch_local.py")
 BOUND_SECS = 60
@@ -124,10 +125,29 @@ def test_guard_refuses_a_server_whose_tensorflow_runtime_started_and_tasks_fall_
 
 
 def test_only_the_toolkits_task_scripts_are_forked():
-    assert fork_client.forkable([sys.executable, RUN_TASK, "--job_name=ps"])
-    assert fork_client.forkable([sys.executable, RUN_LEGACY, "old.py"])
-    assert not fork_client.forkable([sys.executable, PROBE])
-    assert not fork_client.forkable(["/usr/bin/env", "python3", RUN_TASK])
+    assert fork_client.forkable([sys.executable, RUN_TASK, "--job_name=ps"], {})
+    assert fork_client.forkable([sys.executable, RUN_LEGACY, "old.py"], {})
+    assert not fork_client.forkable([sys.executable, PROBE], {})
+    assert not fork_client.forkable(["/usr/bin/env", "python3", RUN_TASK], {})
+    # A legacy script needs the legacy Keras at import; with the modern one chosen it gets a fresh process.
+    assert not fork_client.forkable([sys.executable, RUN_LEGACY, "old.py"], {"TF_USE_LEGACY_KERAS": "0"})
+
+
+def test_python_dash_m_runs_a_module_as_main(server, env, tmp_path):
+    (tmp_path / "data.json").write_text('{"b": 1}')
+    proc = server.spawn(
+        [sys.executable, "-m", "json.tool", "data.json"], env=env, stdout=subprocess.PIPE, cwd=str(tmp_path)
+    )
+    assert json.loads(proc.stdout.read()) == {"b": 1}
+    proc.stdout.close()
+    assert proc.wait(timeout=BOUND_SECS) == 0
+
+
+def test_the_server_imports_tensorflow_without_keras_3_as_run_task_does(server, env):
+    keras = server.spawn([sys.executable, KERAS_PROBE], env=env, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
+    assert keras.stdout.read().decode().strip() == "lean"
+    keras.stdout.close()
+    assert keras.wait(timeout=BOUND_SECS) == 0
 
 
 def test_sigkill_of_the_launcher_ends_the_fork_server_and_its_tasks(tmp_path):
