@@ -6,8 +6,9 @@ own process group, which the launcher signals), death with the fork server
 (PR_SET_PDEATHSIG), stdin from /dev/null and the client's stdout/stderr, the
 client's user and network namespaces (setns, when they differ from the
 server's), its working folder and environment, fresh random seeds (a forked
-child would otherwise repeat the server's), then ``sys.argv``/``sys.path[0]``
-and the script run as ``__main__``. Its exit status is what ``python`` would
+child would otherwise repeat the server's), its name (the script's: ``ps -e``
+shows it; its command line in /proc stays the server's), then
+``sys.argv``/``sys.path[0]`` and the script run as ``__main__``. Its exit status is what ``python`` would
 return: the ``SystemExit`` code, 1 after an uncaught exception (traceback on
 stderr), or the script's own ``os._exit``.
 """
@@ -28,6 +29,7 @@ import traceback
 from ps_toolkit import fork_protocol
 
 _PR_SET_PDEATHSIG = 1
+_PR_SET_NAME = 15
 _CLONE_NEWUSER = 0x10000000
 _CLONE_NEWNET = 0x40000000
 _LIBC = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
@@ -49,6 +51,7 @@ def run(request: dict, fds: list[int], *, server_pid: int, close_fds: list[int])
         os.environ.clear()
         os.environ.update(request["env"])
         _reseed()
+        _set_name(request["argv"])
         code = _run_python(request["argv"])
     except BaseException:  # the child must end here, whatever happened, with the cause on its stderr
         traceback.print_exc()
@@ -78,6 +81,12 @@ def _enter_namespaces(user_ns: int | None, net_ns: int | None) -> None:
             continue
         if _LIBC.setns(fd, flag) != 0:
             raise OSError(ctypes.get_errno(), f"setns into the launcher's {kind} namespace failed")
+
+
+def _set_name(argv: list[str]) -> None:
+    """Names the process after its script (what ps -e and psutil's name() show); its command line stays the server's."""
+    name = argv[2] if argv[1] == "-m" else os.path.basename(argv[1])
+    _LIBC.prctl(_PR_SET_NAME, ctypes.c_char_p(name.encode()[:15]), 0, 0, 0)
 
 
 def _reseed() -> None:

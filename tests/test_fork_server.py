@@ -63,6 +63,7 @@ def test_forked_task_sees_its_own_argv_env_cwd_session_and_stdin(server, env, tm
     assert seen["own_group"] and seen["own_session"] and seen["ppid"] == server.pid, seen
     assert seen["stdin"] == os.devnull and seen["threads"] == 1, seen
     assert seen["net_ns"] == os.readlink("/proc/self/ns/net"), seen
+    assert seen["name"] == "fork_probe.py", seen
 
 
 @pytest.mark.parametrize(
