@@ -109,10 +109,12 @@ def test_report_writes_json_table_and_chart(tmp_path):
         _record(systems.TF2, rate=100.0),
         _record(systems.SINGLE, num_ps=0, num_workers=1, rate=400.0),
     ]
+    cpu = {"median": 4.0, "min": 4.0, "max": 4.0, "runs": [4.0]}
     main_job = {
-        "fork": {"median": 6.0, "min": 5.5, "max": 7.0, "runs": [5.5, 6.0, 7.0]},
-        "exec": {"median": 12.0, "min": 11.0, "max": 13.0, "runs": [11.0, 12.0, 13.0]},
+        "fork": {"median": 6.0, "min": 5.5, "max": 7.0, "runs": [5.5, 6.0, 7.0], "cpu": cpu},
+        "exec": {"median": 12.0, "min": 11.0, "max": 13.0, "runs": [11.0, 12.0, 13.0], "cpu": dict(cpu, median=8.0)},
         "fork_over_exec": 0.5,
+        "cpu_fork_over_exec": 0.5,
     }
     paths = report.write_all(records, str(tmp_path), {"quick": True, "main_job": main_job})
     saved = json.loads(pathlib.Path(paths["json"]).read_text())
@@ -120,7 +122,8 @@ def test_report_writes_json_table_and_chart(tmp_path):
     table = pathlib.Path(paths["md"]).read_text()
     assert "| mlp | async | 1+2 | 260 (234-286) | 200 (180-220) | 100 (90-110) | 1.30x | 2.60x | 0.65x |" in table
     assert "killed" in table  # the raw run's ps never exits by itself
-    assert "fork 6.0 s (5.5-7.0), exec 12.0 s (11.0-13.0); fork/exec 0.50x" in table
+    assert "wall time fork 6.0 s (5.5-7.0), exec 12.0 s (11.0-13.0), fork/exec 0.50x" in table
+    assert "CPU time fork 4.0 s (4.0-4.0), exec 8.0 s (4.0-4.0), fork/exec 0.50x" in table
     assert "vs single process: mlp 3.00 s vs 3.00 s (+0.00 s)" in table
     assert pathlib.Path(paths["png"]).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
@@ -302,10 +305,13 @@ def test_main_job_alternates_the_start_methods_and_summarizes(monkeypatch):
 
     def run_once(method, timeout_s):
         calls.append(method)
-        return next(seconds[method])
+        wall = next(seconds[method])
+        return wall, wall / 2
 
     monkeypatch.setattr(main_job, "run_once", run_once)
     summary = main_job.measure(3)
     assert calls == ["fork", "exec"] * 3
-    assert summary["fork"] == {"median": 6.0, "min": 5.0, "max": 7.0, "runs": [5.0, 7.0, 6.0]}
+    assert summary["fork"]["runs"] == [5.0, 7.0, 6.0] and summary["fork"]["median"] == 6.0
+    assert summary["fork"]["cpu"] == {"median": 3.0, "min": 2.5, "max": 3.5, "runs": [2.5, 3.5, 3.0]}
     assert summary["exec"]["median"] == 11.0 and summary["fork_over_exec"] == 0.55
+    assert summary["cpu_fork_over_exec"] == 0.55
