@@ -1,6 +1,9 @@
 """Runs one benchmarked cluster as real processes, bounded, and ends every process whatever happens.
 
 Tasks start at once, or once another task printed a marker (``start_after``).
+Tasks marked ``fork`` are forked from a fork server this run starts at launch
+(ps_toolkit.fork_client), as the launcher starts the toolkit's tasks; its
+TensorFlow import is part of the run's launch-to-first-step.
 Training is over when any task prints its ``done`` marker (or every task that
 must finish has exited); from then on every process has
 ``exit_grace_s`` to exit by itself, after which it is killed and recorded as
@@ -10,6 +13,7 @@ such: a ps that joins forever, or a sync replica left blocked on its token queue
 from __future__ import annotations
 
 import dataclasses
+import logging
 import os
 import signal
 import subprocess
@@ -22,6 +26,7 @@ import psutil
 
 from benchmarks import protocol
 from ps_toolkit import processes
+from ps_toolkit.fork_client import ForkServer, ForkUnavailable
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -38,6 +43,7 @@ class Task:
     must_finish: bool = True  # False: a server that may be killed once training is over
     # (task name, marker event): start only once that task printed that marker.
     start_after: tuple | None = None
+    fork: bool = False  # forked from the run's fork server instead of exec'd
 
 
 @dataclasses.dataclass
@@ -87,21 +93,15 @@ def run_cluster(
     procs, threads, logs = {}, [], {}
     launched_at = time.time()
     deadline = time.monotonic() + timeout_s
+    # A fresh server per run: its import is charged to this run, as a launch pays it.
+    server = ForkServer(env) if any(task.fork for task in tasks) else None
 
     def start(task):
         with changed:
             results[task.name] = TaskResult(task)
         log = tempfile.TemporaryFile(mode="w+")  # noqa: SIM115 - closed in the finally below
         logs[task.name] = log
-        # Dies with this process, even when it is killed: a stopped benchmark leaves no servers behind.
-        procs[task.name] = processes.spawn(
-            [sys.executable, *task.argv],
-            env={**env, **task.env},
-            stdout=subprocess.PIPE,
-            stderr=log,
-            cwd=REPO,
-            text=True,
-        )
+        procs[task.name] = _spawn(server if task.fork else None, task, env, log)
         args = (procs[task.name], results[task.name], changed, procs)
         thread = threading.Thread(target=_follow, args=args, daemon=True)
         thread.start()
@@ -125,12 +125,27 @@ def run_cluster(
             log.seek(0)
             results[name].stderr_tail = log.read()[-3000:]
             log.close()
+        if server is not None:
+            server.close()
     outcome = ClusterOutcome(launched_at, results, over_at)
     failed = [r for r in results.values() if r.returncode not in (0, None) and not r.killed]
     if over_at is None or failed:
         reason = "timed out" if over_at is None else f"{', '.join(r.task.name for r in failed)} failed"
         raise ClusterRunError(f"cluster run {reason}\n{outcome.describe()}")
     return outcome
+
+
+def _spawn(server: ForkServer | None, task: Task, env: dict, log):
+    """Forks the task from ``server``, or execs it (also when the server refused: one warning line)."""
+    argv, options = [sys.executable, *task.argv], {"env": {**env, **task.env}, "stdout": subprocess.PIPE}
+    options.update(stderr=log, cwd=REPO, text=True)
+    if server is not None:
+        try:
+            return server.spawn(argv, **options)
+        except ForkUnavailable as err:
+            logging.warning("%s: %s; started with exec instead", task.name, err)
+    # Dies with this process, even when it is killed: a stopped benchmark leaves no servers behind.
+    return processes.spawn(argv, **options)
 
 
 def _follow(proc, result: TaskResult, changed: threading.Condition, procs: dict) -> None:

@@ -56,8 +56,11 @@ def _seconds(value) -> str:
     return "killed" if value is None else f"{value:.2f}"
 
 
-def markdown_table(records: list[dict]) -> str:
-    """Steps/s per configuration and system (median, min-max), ps_toolkit's ratios, startup and shutdown."""
+def markdown_table(records: list[dict], main_job: dict | None = None) -> str:
+    """Steps/s per configuration and system (median, min-max), ps_toolkit's ratios, startup and shutdown.
+
+    ``main_job``: benchmarks.main_job.measure's figures, one line after the tables.
+    """
     systems = [s for s in SYSTEMS if s != SINGLE and any(r["system"] == s for r in records)]
     header = ["model", "mode", "ps+w", *systems, "toolkit/raw", "toolkit/tf2", "toolkit/single"]
     header += ["near/raw", "near/tf2", "near/single"]
@@ -75,8 +78,36 @@ def markdown_table(records: list[dict]) -> str:
     singles = [r for r in records if r["system"] == SINGLE]
     if singles:
         lines += ["", "Single process, no servers: " + ", ".join(f"{r['model']} {rate_cell(r)}" for r in singles)]
-    lines += ["", _timing_table(records)]
+    lines += ["", _timing_table(records), "", _startup_over_single(records)]
+    if main_job:
+        lines += ["", main_job_line(main_job)]
     return "\n".join(lines) + "\n"
+
+
+def _startup_over_single(records) -> str:
+    """ps_toolkit's launch to first step (all replicas, async 1+2) beside the single process's start-up, per model."""
+    cells = []
+    for model in ("softmax", "mlp", "wide"):
+        toolkit, single = _find(records, TOOLKIT, model, "async", 1, 2), _find(records, SINGLE, model, "async", 0, 1)
+        if toolkit and single:
+            over = toolkit["startup_s"] - single["startup_s"]
+            cells.append(f"{model} {toolkit['startup_s']:.2f} s vs {single['startup_s']:.2f} s ({over:+.2f} s)")
+    return "Start-up, ps_toolkit (async 1+2, all replicas) vs single process: " + ("; ".join(cells) or "-")
+
+
+def main_job_line(summary: dict) -> str:
+    from benchmarks.main_job import METHODS
+
+    def cell(method, figures):
+        return f"{method} {figures['median']:.1f} s ({figures['min']:.1f}-{figures['max']:.1f})"
+
+    walls = ", ".join(cell(method, summary[method]) for method in METHODS)
+    cpus = ", ".join(cell(method, summary[method]["cpu"]) for method in METHODS)
+    runs = len(summary[METHODS[0]]["runs"])
+    return (
+        f"Main job (`python scripts/launch_local.py`), {runs} runs each: wall time {walls}, "
+        f"fork/exec {summary['fork_over_exec']:.2f}x; CPU time {cpus}, fork/exec {summary['cpu_fork_over_exec']:.2f}x"
+    )
 
 
 def _timing_table(records) -> str:
@@ -84,8 +115,6 @@ def _timing_table(records) -> str:
     header += ["CPU ms/step (by task)", "MB/s moved", "accuracy"]
     lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     for r in sorted(records, key=lambda r: (_order(_key(r)), SYSTEMS.index(r["system"]))):
-        if r["system"] == SINGLE:
-            continue
         cells = [r["system"], r["model"], r["mode"], f"{r['num_ps']}+{r['num_workers']}"]
         cells += [f"{r['startup_s']:.1f} / {r.get('startup_first_s') or 0:.1f}", _seconds(r["shutdown_s"])]
         cells += [cpu_cell(r), f"{r.get('bandwidth_mb_s') or 0:g}", str(r.get("accuracy"))]
@@ -153,6 +182,6 @@ def write_all(records: list[dict], out_dir: str, meta: dict) -> dict:
     paths = {name: os.path.join(out_dir, f"results.{name}") for name in ("json", "md", "png")}
     write_json(records, paths["json"], meta)
     with open(paths["md"], "w", encoding="utf-8") as handle:
-        handle.write(markdown_table(records))
+        handle.write(markdown_table(records, meta.get("main_job")))
     write_chart(records, paths["png"])
     return paths

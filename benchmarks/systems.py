@@ -82,13 +82,17 @@ def tasks(config: Config, ports: list[int], checkpoint_dir: str, data_dir: str) 
         common += [f"--batch_size={spec.batch_size}", f"--learning_rate={spec.learning_rate}"]
         common += list(TOOLKIT_FLAGS[config.system])
     common += list(config.extra_flags)
+    # The toolkit's tasks are forked from one fork server, as its launcher starts them;
+    # the raw and TF2 scripts start as their users run them, one process each.
+    fork = config.system != RAW
     result = [
         # The raw script's ps joins forever; the toolkit's ps exits by itself.
-        Task(f"ps{i}", [*common, "--job_name=ps", f"--task_index={i}"], must_finish=config.system != RAW)
+        Task(f"ps{i}", [*common, "--job_name=ps", f"--task_index={i}"], must_finish=config.system != RAW, fork=fork)
         for i in range(config.num_ps)
     ]
     result += [
-        Task(f"worker{i}", [*common, "--job_name=worker", f"--task_index={i}"]) for i in range(config.num_workers)
+        Task(f"worker{i}", [*common, "--job_name=worker", f"--task_index={i}"], fork=fork)
+        for i in range(config.num_workers)
     ]
     return result
 

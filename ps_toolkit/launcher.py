@@ -17,6 +17,7 @@ from collections.abc import Mapping
 
 from ps_toolkit import charts, paths
 from ps_toolkit.errors import EXIT_PORT_IN_USE, ConfigError
+from ps_toolkit.fork_client import START_METHODS, TaskStarter
 from ps_toolkit.ports import reserve_ports
 from ps_toolkit.status import Console, summary_table
 from ps_toolkit.supervisor import Policy, Supervisor
@@ -44,11 +45,16 @@ class LaunchOptions:
     policy: Policy = Policy()
     port_attempts: int = 3
     env: Mapping[str, str] | None = None
+    # fork: the toolkit's task scripts are forked from one process that imported TensorFlow
+    # (ps_toolkit.fork_server); exec: every task is a fresh process, as any other command is.
+    start_method: str = "fork"
 
     def __post_init__(self):
         object.__setattr__(self, "command", tuple(self.command))
         if not self.command:
             raise ConfigError("the task command is empty")
+        if self.start_method not in START_METHODS:
+            raise ConfigError(f"--start_method={self.start_method!r}; valid: {', '.join(START_METHODS)}")
         if self.port_attempts < 1:
             raise ConfigError(f"port_attempts={self.port_attempts} must be at least 1")
         jobs = self.topology.jobs_for_ports(range(1, self.topology.num_tasks + 1))
@@ -92,6 +98,7 @@ def launch(options: LaunchOptions, console: Console | None = None) -> RunResult:
     # Addresses the user gave cannot be redrawn: a port clash on them is final.
     policy = dataclasses.replace(options.policy, retry_port_conflicts=not options.topology.explicit)
     env = task_env(options.env)
+    starter = TaskStarter(options.start_method, note=console.line)
     with _signals_wake() as signal_fd:
         for attempt in range(1, options.port_attempts + 1):
             reservation = None if options.topology.explicit else reserve_ports(options.topology.num_tasks)
@@ -99,7 +106,9 @@ def launch(options: LaunchOptions, console: Console | None = None) -> RunResult:
                 jobs = options.topology.jobs_for_ports(reservation.ports if reservation else ())
                 plans = plan_tasks(jobs, options.command, base_env=env)
                 console.line("launcher: cluster " + ", ".join(f"{p.name}={p.address}" for p in plans))
-                supervisor = Supervisor(plans, log_dir=log_dir, policy=policy, console=console, quiet=options.quiet)
+                supervisor = Supervisor(
+                    plans, log_dir=log_dir, policy=policy, console=console, quiet=options.quiet, starter=starter
+                )
                 outcome = supervisor.run(signal_fd=signal_fd)
             finally:
                 if reservation is not None:

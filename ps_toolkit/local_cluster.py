@@ -18,6 +18,7 @@ from collections.abc import Mapping, Sequence
 
 from ps_toolkit import paths, processes
 from ps_toolkit.cluster import EVALUATOR, ClusterConfig
+from ps_toolkit.fork_client import TaskStarter
 from ps_toolkit.ports import reserve_ports
 from ps_toolkit.task_plan import TaskPlan, Topology, default_command, plan_tasks, task_env
 
@@ -45,7 +46,9 @@ class LocalCluster:
 
     Without ``command`` every task runs ``scripts/run_task.py`` with ``train_args``
     (and ``--checkpoint_dir=<log_dir>/checkpoints`` unless they name one);
-    with it, ``command`` plus the cluster flags, with TF_CONFIG set.
+    with it, ``command`` plus the cluster flags, with TF_CONFIG set. ``start_method``
+    "fork" (the default) forks the toolkit's task scripts from this process's fork
+    server (ps_toolkit.fork_client), "exec" starts each task as a fresh process.
     """
 
     def __init__(
@@ -60,6 +63,7 @@ class LocalCluster:
         log_dir: str | None = None,
         env: Mapping[str, str] | None = None,
         stop_grace_secs: float = 5.0,
+        start_method: str = "fork",
     ):
         self._topology = Topology(num_ps=num_ps, num_workers=num_workers, chief=chief, evaluator=evaluator)
         self._command = list(command) if command else None
@@ -67,9 +71,10 @@ class LocalCluster:
         self._log_dir = log_dir
         self._env = env
         self._stop_grace_secs = stop_grace_secs
+        self._starter = TaskStarter(start_method)
         self._reservation = None
         self._plans: dict[str, TaskPlan] = {}
-        self._popens: dict[str, subprocess.Popen] = {}
+        self._popens: dict[str, subprocess.Popen] = {}  # or fork_client.ForkedProcess
         self.restarts: dict[str, int] = {}
 
     # Life cycle.
@@ -205,7 +210,7 @@ class LocalCluster:
         with open(self.log_path(plan.job, plan.index), "ab") as log:
             log.write(f"--- start: {' '.join(plan.argv)} ---\n".encode())
             log.flush()
-            self._popens[plan.name] = processes.spawn(plan.argv, env=plan.env, stdout=log, stderr=log)
+            self._popens[plan.name] = self._starter.start(plan.argv, env=plan.env, stdout=log, stderr=log)
 
 
 class InProcessCluster:

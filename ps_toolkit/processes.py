@@ -44,6 +44,7 @@ def spawn(
     stderr,
     cwd: str | None = None,
     text: bool = False,
+    pass_fds: Sequence[int] = (),
 ) -> subprocess.Popen:
     """Starts ``argv`` in a new session; it is killed if this thread's process dies.
 
@@ -61,6 +62,7 @@ def spawn(
         start_new_session=True,
         preexec_fn=_die_with_parent(os.getpid()),
         close_fds=True,
+        pass_fds=tuple(pass_fds),
         text=text,
     )
 

@@ -21,6 +21,7 @@ from ps_toolkit import flag_ranges, processes
 from ps_toolkit.cluster import CHIEF, PS, WORKER
 from ps_toolkit.drills import DrillSchedule
 from ps_toolkit.errors import EXIT_CONFIG, EXIT_ENVIRONMENT, EXIT_PORT_IN_USE, ConfigError
+from ps_toolkit.fork_client import TaskStarter
 from ps_toolkit.status import Console, StepRate, SummaryRow, describe_exit, exit_status_cell, status_text
 from ps_toolkit.task_output import TaskOutput
 from ps_toolkit.task_plan import TaskPlan
@@ -79,7 +80,7 @@ class _Task:
 
     def __init__(self, plan: TaskPlan, output: TaskOutput, log_path: str):
         self.plan, self.output, self.log_path = plan, output, log_path
-        self.popen: subprocess.Popen | None = None
+        self.popen: subprocess.Popen | None = None  # or a fork_client.ForkedProcess, used the same way
         self.state = "pending"
         self.restarts = 0
         self.run_secs = 0.0
@@ -96,9 +97,20 @@ class _Task:
 class Supervisor:
     """Watches the tasks of one cluster attempt until the run is decided and torn down."""
 
-    def __init__(self, plans: Sequence[TaskPlan], *, log_dir: str, policy: Policy, console: Console, quiet: bool):
+    def __init__(
+        self,
+        plans: Sequence[TaskPlan],
+        *,
+        log_dir: str,
+        policy: Policy,
+        console: Console,
+        quiet: bool,
+        starter: TaskStarter | None = None,
+    ):
         self._policy = policy
         self._console = console
+        # Starts (and restarts) each task: forked from a fork server, or exec'd (fork_client).
+        self._starter = starter or TaskStarter(note=console.line)
         self._selector = selectors.DefaultSelector()
         self._tasks: dict[str, _Task] = {}
         echo = None if quiet else console.line
@@ -203,7 +215,7 @@ class Supervisor:
     def _start(self, task: _Task) -> None:
         task.output.note(f"{'start' if task.restarts == 0 else f'restart {task.restarts}'}: {' '.join(task.plan.argv)}")
         try:
-            task.popen = processes.spawn(
+            task.popen = self._starter.start(
                 task.plan.argv, env=task.plan.env, stdout=subprocess.PIPE, stderr=subprocess.PIPE
             )
         except OSError as err:  # the command does not exist or cannot be run: bad input

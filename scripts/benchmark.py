@@ -28,6 +28,11 @@ _BUDGET = flags.DEFINE_float("budget_s", None, "No new round of repetitions afte
 _MODELS = flags.DEFINE_list("models", list(plan.MODEL_NAMES), "Models to benchmark.")
 _SYSTEMS = flags.DEFINE_list("systems", list(systems.SYSTEMS), "Systems to benchmark.")
 _STEPS_SCALE = flags.DEFINE_float("steps_scale", 1.0, "Multiplies every run's global steps.")
+_MAIN_JOB = flags.DEFINE_integer(
+    "main_job_repetitions",
+    None,
+    "Runs of the main job (launch_local.py) per start method, fork and exec side by side (default --repetitions).",
+)
 _MEASURE_S = flags.DEFINE_float("measure_s", 4.0, "Timing window of the runs measured by time (the raw script).")
 
 
@@ -42,16 +47,21 @@ def main(argv):
     budget = _BUDGET.value if _BUDGET.value is not None else (480.0 if _QUICK.value else 3 * 3600.0)
     started = time.monotonic()
     records = run_plan(configs, Limits(repetitions=_REPETITIONS.value, budget_s=budget, measure_s=_MEASURE_S.value))
+    from benchmarks import main_job
     from benchmarks.balance import balance_table
+
+    main_job_runs = _REPETITIONS.value if _MAIN_JOB.value is None else _MAIN_JOB.value
 
     meta = {
         "quick": _QUICK.value,
         "machine": f"{platform.machine()}, {os.cpu_count()} cores, load average {os.getloadavg()[0]:.1f} at the end",
         "seconds": round(time.monotonic() - started, 1),
         "placement_balance_2ps": balance_table(_MODELS.value),
+        "main_job": main_job.measure(main_job_runs) if main_job_runs > 0 else None,
     }
+    meta["seconds"] = round(time.monotonic() - started, 1)
     paths = report.write_all(records, _OUT.value, meta)
-    print(report.markdown_table(records))
+    print(report.markdown_table(records, meta["main_job"]))
     print(json.dumps({"written": paths, "seconds": meta["seconds"]}))
     logging.info("benchmark done in %.0f s", meta["seconds"])
 

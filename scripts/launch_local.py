@@ -59,6 +59,13 @@ _RESTART = flags.DEFINE_enum("restart", "never", RESTART_POLICIES, "Restart fail
 _MAX_RESTARTS = flags.DEFINE_integer("max_restarts", 3, "Restarts allowed per task with --restart=on-failure.")
 _KILL = flags.DEFINE_multi_string("kill", [], "Chaos drill JOB:INDEX@SECONDS, e.g. ps:0@5s: SIGKILL it then.")
 _TIMEOUT = flags.DEFINE_float("timeout_secs", None, "Stop everything and fail if the run lasts longer.")
+_START_METHOD = flags.DEFINE_enum(
+    "start_method",
+    "fork",
+    ("fork", "exec"),
+    "fork: one process imports TensorFlow once and forks the toolkit's tasks (run_task.py, run_legacy.py); "
+    "exec: every task is a fresh process. Other commands after -- are always exec'd.",
+)
 _ISOLATION = flags.DEFINE_enum(
     "isolation",
     "auto",
@@ -118,6 +125,7 @@ def _options(command: list[str]) -> launcher.LaunchOptions:
         command=tuple(command) if command else tuple(default_command(_train_args(run_dir))),
         log_dir=run_dir,
         quiet=_QUIET.value,
+        start_method=_START_METHOD.value,
         policy=Policy(
             success_policy=_SUCCESS.value,
             grace_secs=_GRACE.value,

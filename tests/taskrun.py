@@ -1,16 +1,22 @@
-"""Test helper: run the tasks of a cluster as real processes, bounded, and always clean up."""
+"""Test helper: run the tasks of a cluster as real processes, bounded, and always clean up.
+
+The toolkit's task scripts are forked from this test process's fork server, as
+the launcher does (ps_toolkit.fork_client); any other command is exec'd.
+"""
 
 from __future__ import annotations
 
 import dataclasses
 import json
 import os
+import selectors
 import signal
 import subprocess
 import sys
 import threading
 import time
 
+from ps_toolkit.fork_client import TaskStarter
 from ps_toolkit.ports import reserve_ports
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -53,7 +59,9 @@ def python_command(script: str, *args: str) -> list:
     return [sys.executable, script, *args]
 
 
-def run_tasks(commands: dict, *, timeout: float, env: dict | None = None, envs: dict | None = None) -> dict:
+def run_tasks(
+    commands: dict, *, timeout: float, env: dict | None = None, envs: dict | None = None, start_method: str = "fork"
+) -> dict:
     """Starts every command at once and waits, at most ``timeout`` seconds in all.
 
     ``env`` is added to every task's environment, ``envs[name]`` to one task's.
@@ -61,20 +69,14 @@ def run_tasks(commands: dict, *, timeout: float, env: dict | None = None, envs: 
     is still alive at the end is killed.
     """
     env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", PYTHONUNBUFFERED="1", **(env or {}))
+    starter = TaskStarter(start_method)
     procs = {}
     outcomes = {}
     deadline = time.monotonic() + timeout
     try:
         for name, command in commands.items():
-            procs[name] = subprocess.Popen(
-                command,
-                stdout=subprocess.PIPE,
-                stderr=subprocess.PIPE,
-                text=True,
-                env={**env, **(envs or {}).get(name, {})},
-                cwd=REPO,
-                start_new_session=True,
-            )
+            task_env = {**env, **(envs or {}).get(name, {})}
+            procs[name] = starter.start(command, env=task_env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=REPO)
         threads = [
             threading.Thread(target=_collect, args=(name, commands[name], proc, deadline, outcomes))
             for name, proc in procs.items()
@@ -91,13 +93,40 @@ def run_tasks(commands: dict, *, timeout: float, env: dict | None = None, envs: 
 
 def _collect(name, command, proc, deadline, outcomes) -> None:
     """Waits for one process (each in its own thread, so exit times are exact)."""
+    texts = _read_until(proc, deadline)
     try:
-        stdout, stderr = proc.communicate(timeout=max(0.1, deadline - time.monotonic()))
+        proc.wait(timeout=max(0.1, deadline - time.monotonic()))
     except subprocess.TimeoutExpired:
         _kill_group(proc)
-        stdout, stderr = proc.communicate(timeout=10)
-        stderr += f"\n[killed by the test after its {deadline:.0f} deadline]"
-    outcomes[name] = TaskOutcome(name, command, proc.returncode, stdout, stderr, time.time())
+        more = _read_until(proc, time.monotonic() + 10)
+        texts = {stream: texts[stream] + more[stream] for stream in texts}
+        proc.wait(timeout=10)
+        texts["stderr"] += f"\n[killed by the test after its {deadline:.0f} deadline]"
+    for stream in (proc.stdout, proc.stderr):
+        stream.close()
+    outcomes[name] = TaskOutcome(name, command, proc.returncode, texts["stdout"], texts["stderr"], time.time())
+
+
+def _read_until(proc, deadline: float) -> dict:
+    """Reads the process's stdout and stderr until both close or ``deadline`` (time.monotonic()) passes."""
+    chunks = {"stdout": [], "stderr": []}
+    with selectors.DefaultSelector() as selector:
+        for name in chunks:
+            stream = getattr(proc, name)
+            if not stream.closed:
+                selector.register(stream, selectors.EVENT_READ, name)
+        while selector.get_map():
+            left = deadline - time.monotonic()
+            if left <= 0:
+                break
+            for key, _ in selector.select(timeout=left):
+                data = os.read(key.fd, 1 << 16)
+                if data:
+                    chunks[key.data].append(data)
+                else:
+                    selector.unregister(key.fileobj)
+                    key.fileobj.close()
+    return {name: b"".join(parts).decode("utf-8", "replace") for name, parts in chunks.items()}
 
 
 def _kill_group(proc: subprocess.Popen) -> None:

@@ -109,12 +109,22 @@ def test_report_writes_json_table_and_chart(tmp_path):
         _record(systems.TF2, rate=100.0),
         _record(systems.SINGLE, num_ps=0, num_workers=1, rate=400.0),
     ]
-    paths = report.write_all(records, str(tmp_path), {"quick": True})
+    cpu = {"median": 4.0, "min": 4.0, "max": 4.0, "runs": [4.0]}
+    main_job = {
+        "fork": {"median": 6.0, "min": 5.5, "max": 7.0, "runs": [5.5, 6.0, 7.0], "cpu": cpu},
+        "exec": {"median": 12.0, "min": 11.0, "max": 13.0, "runs": [11.0, 12.0, 13.0], "cpu": dict(cpu, median=8.0)},
+        "fork_over_exec": 0.5,
+        "cpu_fork_over_exec": 0.5,
+    }
+    paths = report.write_all(records, str(tmp_path), {"quick": True, "main_job": main_job})
     saved = json.loads(pathlib.Path(paths["json"]).read_text())
     assert [set(report.RECORD_KEYS) <= set(r) for r in saved["results"]] == [True] * 4
     table = pathlib.Path(paths["md"]).read_text()
     assert "| mlp | async | 1+2 | 260 (234-286) | 200 (180-220) | 100 (90-110) | 1.30x | 2.60x | 0.65x |" in table
     assert "killed" in table  # the raw run's ps never exits by itself
+    assert "wall time fork 6.0 s (5.5-7.0), exec 12.0 s (11.0-13.0), fork/exec 0.50x" in table
+    assert "CPU time fork 4.0 s (4.0-4.0), exec 8.0 s (4.0-4.0), fork/exec 0.50x" in table
+    assert "vs single process: mlp 3.00 s vs 3.00 s (+0.00 s)" in table
     assert pathlib.Path(paths["png"]).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
@@ -127,6 +137,7 @@ def test_raw_script_runs_are_ended_by_time_and_its_ps_may_be_killed():
     config = systems.Config(systems.RAW, "mlp", systems.ASYNC, 1, 2, 1000)
     tasks = systems.tasks(config, [1, 2, 3], "/tmp/ckpt", "/tmp/data")
     assert [t.must_finish for t in tasks] == [False, True, True]
+    assert not any(t.fork for t in tasks)  # started as its users run it, one process each
     assert "--warmup_steps=200" in tasks[1].argv
     assert systems.run_options(config, 4.0) == {"end_after_warm": (2, 4.0), "exit_grace_s": 0.0}
 
@@ -137,6 +148,7 @@ def test_tf2_tasks_add_a_coordinator_with_its_own_port():
     tasks = systems.tasks(config, [11, 12, 13, 14], "/unused", "/unused")
     assert [t.name for t in tasks] == ["ps0", "worker0", "worker1", "chief"]
     assert "--chief_host=localhost:14" in tasks[-1].argv
+    assert not any(t.fork for t in tasks)
 
 
 def test_toolkit_tasks_are_run_task_with_its_defaults():
@@ -144,6 +156,7 @@ def test_toolkit_tasks_are_run_task_with_its_defaults():
     tasks = systems.tasks(config, [1, 2, 3], "/tmp/ckpt", "/tmp/data")
     assert [t.name for t in tasks] == ["ps0", "worker0", "worker1"]
     assert all(t.must_finish for t in tasks)  # shipped tasks end by themselves
+    assert all(t.fork for t in tasks)  # forked from one fork server, as the launcher starts them
     argv = tasks[1].argv
     assert argv[:2] == ["-m", "benchmarks.toolkit_task"]
     for flag in ("--data_dir=/tmp/data", "--batch_size=128", "--learning_rate=0.1", "--job_name=worker"):
@@ -294,3 +307,23 @@ def test_cluster_run_kills_a_server_that_never_exits():
     assert outcome.results["ps0"].killed
     assert outcome.results["worker0"].returncode == 0
     assert not outcome.results["worker0"].killed
+
+
+def test_main_job_alternates_the_start_methods_and_summarizes(monkeypatch):
+    from benchmarks import main_job
+
+    calls = []
+    seconds = {"fork": iter([5.0, 7.0, 6.0]), "exec": iter([12.0, 10.0, 11.0])}
+
+    def run_once(method, timeout_s):
+        calls.append(method)
+        wall = next(seconds[method])
+        return wall, wall / 2
+
+    monkeypatch.setattr(main_job, "run_once", run_once)
+    summary = main_job.measure(3)
+    assert calls == ["fork", "exec"] * 3
+    assert summary["fork"]["runs"] == [5.0, 7.0, 6.0] and summary["fork"]["median"] == 6.0
+    assert summary["fork"]["cpu"] == {"median": 3.0, "min": 2.5, "max": 3.5, "runs": [2.5, 3.5, 3.0]}
+    assert summary["exec"]["median"] == 11.0 and summary["fork_over_exec"] == 0.55
+    assert summary["cpu_fork_over_exec"] == 0.55

@@ -29,6 +29,9 @@ from tests import logwatch
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 LAUNCHER = os.path.join(ROOT, "scripts", "launch_local.py")
 LISTENING_TASK = os.path.join(ROOT, "tests", "fixtures", "listening_task.py")
+# How the launcher runs the listening task; tests/test_isolation_fork.py runs it through
+# scripts/run_legacy.py, which the launcher forks from its fork server.
+TASK_COMMAND = [sys.executable, LISTENING_TASK]
 TASKS = ("ps:0", "worker:0", "worker:1")
 REPORT_TIMEOUT_SECS = 60
 OWN_NETNS = os.readlink("/proc/self/ns/net")
@@ -101,7 +104,7 @@ class Launch:
         self.control = Control()
         self.token = secrets.token_hex(8)
         self.out, self.err = tmp_path / "launcher.out", tmp_path / "launcher.err"
-        command = [sys.executable, LISTENING_TASK, f"--control={self.control.path}", f"--token={self.token}"]
+        command = [*TASK_COMMAND, f"--control={self.control.path}", f"--token={self.token}"]
         argv = [
             *wrapper,
             sys.executable,

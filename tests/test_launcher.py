@@ -19,6 +19,9 @@ from ps_toolkit.ports import reserve_ports
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 LAUNCHER = os.path.join(ROOT, "scripts", "launch_local.py")
 FAKE_TASK = os.path.join(ROOT, "tests", "fixtures", "fake_task.py")
+# How the launcher runs the fake task; tests/test_launcher_fork.py runs it through
+# scripts/run_legacy.py, which the launcher forks from its fork server.
+TASK_COMMAND = [sys.executable, FAKE_TASK]
 # Short grace periods keep these tests fast; the defaults are for real jobs.
 FAST = ["--grace_secs=1", "--ps_grace_secs=0.5", "--stop_grace_secs=1"]
 BOUND_SECS = 60
@@ -26,8 +29,7 @@ BOUND_SECS = 60
 
 def launcher_argv(flags, fake_args, tmp_path):
     return [sys.executable, LAUNCHER, f"--log_dir={tmp_path / 'run'}", *FAST, *flags, "--"] + [
-        sys.executable,
-        FAKE_TASK,
+        *TASK_COMMAND,
         f"--record_dir={tmp_path}",
         *fake_args,
     ]

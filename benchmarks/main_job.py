@@ -1,0 +1,85 @@
+"""The main job, timed end to end: ``python scripts/launch_local.py`` with each start method, side by side.
+
+Each repetition runs the launcher once with ``--start_method=fork`` and once
+with ``--start_method=exec`` (alternating, so the machine's noise falls on
+both alike), default flags otherwise, and takes the wall time from starting
+the launcher until it has exited: imports, training, evaluation, summary and
+teardown, what a user waits for. Beside it, the CPU seconds (user + system)
+of the launcher and every process under it: on a machine shared with other
+work the wall time depends on how many runnable processes each side has, the
+CPU time does not.
+"""
+
+from __future__ import annotations
+
+import os
+import resource
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+from benchmarks.cluster_run import REPO, ClusterRunError
+from ps_toolkit import processes
+
+LAUNCH_LOCAL = os.path.join(REPO, "scripts", "launch_local.py")
+METHODS = ("fork", "exec")
+
+
+def measure(repetitions: int, timeout_s: float = 300.0) -> dict:
+    """{"fork": {...}, "exec": {...}, "fork_over_exec": ratio}: wall and CPU seconds, median, min, max, every run."""
+    walls = {method: [] for method in METHODS}
+    cpus = {method: [] for method in METHODS}
+    for _ in range(repetitions):
+        for method in METHODS:
+            wall, cpu = run_once(method, timeout_s)
+            walls[method].append(wall)
+            cpus[method].append(cpu)
+    summary = {method: {**_summary(walls[method]), "cpu": _summary(cpus[method])} for method in METHODS}
+    summary["fork_over_exec"] = round(summary["fork"]["median"] / summary["exec"]["median"], 2)
+    summary["cpu_fork_over_exec"] = round(summary["fork"]["cpu"]["median"] / summary["exec"]["cpu"]["median"], 2)
+    return summary
+
+
+def run_once(method: str, timeout_s: float) -> tuple[float, float]:
+    """Wall and CPU seconds of one launch; ClusterRunError (with its output's tail) if it fails or overruns.
+
+    The CPU is this process's reaped descendants' (getrusage): the launcher reaps
+    its tasks and its fork server, the fork server its forked tasks.
+    """
+    run_dir = tempfile.mkdtemp(prefix="ps_toolkit_bench_main_")
+    argv = [sys.executable, LAUNCH_LOCAL, "--quiet", f"--log_dir={run_dir}", f"--start_method={method}"]
+    try:
+        with tempfile.TemporaryFile() as output:
+            started, cpu_before = time.monotonic(), _children_cpu()
+            proc = processes.spawn(argv, env=dict(os.environ), stdout=output, stderr=output, cwd=REPO)
+            try:
+                code = proc.wait(timeout=timeout_s)
+                seconds = time.monotonic() - started
+            except subprocess.TimeoutExpired:
+                code = seconds = None
+            finally:
+                processes.stop_trees([proc], 5.0)
+            if code != 0:
+                output.seek(0)
+                tail = output.read().decode(errors="replace")[-3000:]
+                raise ClusterRunError(f"launch_local.py --start_method={method} ended with {code}:\n{tail}")
+        return seconds, _children_cpu() - cpu_before
+    finally:
+        shutil.rmtree(run_dir, ignore_errors=True)
+
+
+def _children_cpu() -> float:
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
+
+
+def _summary(seconds: list[float]) -> dict:
+    return {
+        "median": round(statistics.median(seconds), 2),
+        "min": round(min(seconds), 2),
+        "max": round(max(seconds), 2),
+        "runs": [round(s, 2) for s in seconds],
+    }

@@ -1,0 +1,191 @@
+"""The fork server (ps_toolkit.fork_server, fork_child, fork_client): a forked task is what exec would start.
+
+A server imports TensorFlow once (seconds), so the tests share one per module.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+
+import psutil
+import pytest
+
+from ps_toolkit import fork_client, task_plan
+from ps_toolkit.fork_client import ForkedProcess, ForkServer, ForkUnavailable, TaskStarter
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+PROBE = os.path.join(ROOT, "tests", "fixtures", "fork_probe.py")
+RUN_TASK = os.path.join(ROOT, "scripts", "run_task.py")
+RUN_LEGACY = os.path.join(ROOT, "scripts", "run_legacy.py")
+KERAS_PROBE = os.path.join(ROOT, "tests", "fixtures", "keras_probe.py")
+FAKE_TASK = os.path.join(ROOT, "tests", "fixtures", "fake_task.py")
+LAUNCHER = os.path.join(ROOT, "scripts", "launch_local.py")
+BOUND_SECS = 60
+
+pytestmark = pytest.mark.timeout(300)
+
+
+@pytest.fixture(scope="module")
+def env():
+    return task_plan.task_env({"TF_CPP_MIN_LOG_LEVEL": "2"})
+
+
+@pytest.fixture(scope="module")
+def server(env):
+    started = ForkServer(env)
+    yield started
+    started.close()
+
+
+def probe(server, env, *args, **kwargs):
+    """Runs the probe forked; returns (exit code, what it reported, stderr)."""
+    proc = server.spawn(
+        [sys.executable, PROBE, *args], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, **kwargs
+    )
+    out, err = proc.stdout.read().decode(), proc.stderr.read().decode()
+    proc.stdout.close()
+    proc.stderr.close()
+    code = proc.wait(timeout=BOUND_SECS)
+    first = out.splitlines()[0] if out else "{}"
+    return code, json.loads(first), err
+
+
+def test_forked_task_sees_its_own_argv_env_cwd_session_and_stdin(server, env, tmp_path):
+    code, seen, err = probe(server, dict(env, FORK_PROBE="yes"), "exit:3", "--x=1", cwd=str(tmp_path))
+    assert code == 3, err
+    assert seen["argv"] == [PROBE, "exit:3", "--x=1"] and seen["main"] == "__main__", seen
+    assert seen["env"] == "yes" and seen["cwd"] == str(tmp_path), seen
+    assert seen["path0"] == os.path.dirname(PROBE), seen
+    assert seen["own_group"] and seen["own_session"] and seen["ppid"] == server.pid, seen
+    assert seen["stdin"] == os.devnull and seen["threads"] == 1, seen
+    assert seen["net_ns"] == os.readlink("/proc/self/ns/net"), seen
+    assert seen["name"] == "fork_probe.py", seen
+
+
+@pytest.mark.parametrize(
+    "mode, status, stderr_has",
+    [("exit:0", 0, ""), ("raise", 1, "RuntimeError: the probe raised"), ("message", 1, "the probe's message")],
+)
+def test_exit_status_is_what_python_returns(server, env, mode, status, stderr_has):
+    code, _, err = probe(server, env, mode)
+    assert code == status and stderr_has in err, err
+
+
+def test_a_signal_is_reported_as_popen_does(server, env):
+    proc = server.spawn([sys.executable, PROBE, "sleep"], env=env, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
+    proc.stdout.readline()  # started
+    assert proc.poll() is None
+    os.killpg(proc.pid, signal.SIGTERM)
+    assert proc.wait(timeout=BOUND_SECS) == -signal.SIGTERM
+    proc.stdout.close()
+    with pytest.raises(subprocess.TimeoutExpired):
+        sleeper = server.spawn([sys.executable, PROBE, "sleep"], env=env, stdout=subprocess.DEVNULL)
+        try:
+            sleeper.wait(timeout=0.2)
+        finally:
+            sleeper.kill()
+            sleeper.wait(timeout=BOUND_SECS)
+
+
+def test_closing_a_server_kills_its_tasks(env):
+    own = ForkServer(env)
+    try:
+        sleeper = own.spawn([sys.executable, PROBE, "sleep"], env=env, stdout=subprocess.PIPE)
+        sleeper.stdout.readline()
+    finally:
+        own.close()
+    assert sleeper.wait(timeout=BOUND_SECS) == -signal.SIGKILL
+    assert not psutil.pid_exists(own.pid) or psutil.Process(own.pid).status() == psutil.STATUS_ZOMBIE
+
+
+def test_guard_refuses_a_server_whose_tensorflow_runtime_started_and_tasks_fall_back_to_exec(env):
+    preload = ["tests.fixtures.start_tf_runtime"]
+    refused = ForkServer(env, preload)
+    try:
+        with pytest.raises(ForkUnavailable, match="TensorFlow's runtime has already started"):
+            refused.wait_ready()
+    finally:
+        refused.close()
+    lines = []
+    starter = TaskStarter(note=lines.append, preload=preload)
+    proc = starter.start(
+        [sys.executable, RUN_LEGACY, PROBE, "exit:0"], env=env, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL
+    )
+    try:
+        assert not isinstance(proc, ForkedProcess)
+        assert proc.wait(timeout=BOUND_SECS) == 0
+        assert json.loads(proc.stdout.readline())["argv"] == [PROBE, "exit:0"]
+    finally:
+        proc.stdout.close()
+        fork_client.close_shared()
+    assert len(lines) == 1 and "starting the toolkit's tasks with exec instead" in lines[0], lines
+
+
+def test_only_the_toolkits_task_scripts_are_forked():
+    assert fork_client.forkable([sys.executable, RUN_TASK, "--job_name=ps"], {})
+    assert fork_client.forkable([sys.executable, RUN_LEGACY, "old.py"], {})
+    assert not fork_client.forkable([sys.executable, PROBE], {})
+    assert not fork_client.forkable(["/usr/bin/env", "python3", RUN_TASK], {})
+    # A legacy script needs the legacy Keras at import; with the modern one chosen it gets a fresh process.
+    assert not fork_client.forkable([sys.executable, RUN_LEGACY, "old.py"], {"TF_USE_LEGACY_KERAS": "0"})
+
+
+def test_python_dash_m_runs_a_module_as_main(server, env, tmp_path):
+    (tmp_path / "data.json").write_text('{"b": 1}')
+    proc = server.spawn(
+        [sys.executable, "-m", "json.tool", "data.json"], env=env, stdout=subprocess.PIPE, cwd=str(tmp_path)
+    )
+    assert json.loads(proc.stdout.read()) == {"b": 1}
+    proc.stdout.close()
+    assert proc.wait(timeout=BOUND_SECS) == 0
+
+
+def test_the_server_imports_tensorflow_without_keras_3_as_run_task_does(server, env):
+    keras = server.spawn([sys.executable, KERAS_PROBE], env=env, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
+    assert keras.stdout.read().decode().strip() == "lean"
+    keras.stdout.close()
+    assert keras.wait(timeout=BOUND_SECS) == 0
+
+
+def test_sigkill_of_the_launcher_ends_the_fork_server_and_its_tasks(tmp_path):
+    """A launcher killed by SIGKILL takes its fork server and every forked task with it (PR_SET_PDEATHSIG)."""
+    argv = [sys.executable, LAUNCHER, f"--log_dir={tmp_path / 'run'}", "--isolation=none", "--"]
+    argv += [sys.executable, RUN_LEGACY, FAKE_TASK, f"--record_dir={tmp_path}", "--hang=worker:0,worker:1"]
+    launcher = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, cwd=ROOT)
+    try:
+        output = ""
+        while output.count(" starting") < 3:
+            line = launcher.stdout.readline().decode()
+            assert line, output
+            output += line
+        tree = psutil.Process(launcher.pid).children(recursive=True)
+        servers = [p for p in tree if p.ppid() == launcher.pid and "ps_toolkit.fork_server" in " ".join(p.cmdline())]
+        tasks = [p for p in tree if p.ppid() in {s.pid for s in servers}]
+        assert len(servers) == 1 and len(tasks) == 3, (tree, output)
+    finally:
+        launcher.kill()
+        launcher.communicate(timeout=BOUND_SECS)
+    _, alive = psutil.wait_procs(tree, timeout=10)
+    alive = [p for p in alive if p.status() != psutil.STATUS_ZOMBIE]
+    for proc in alive:
+        proc.kill()
+    assert not alive, alive
+
+
+def test_local_cluster_forks_its_tasks_and_kills_and_restarts_them(tmp_path):
+    from ps_toolkit.local_cluster import LocalCluster
+
+    command = [sys.executable, RUN_LEGACY, PROBE, "sleep"]
+    with LocalCluster(num_ps=1, num_workers=1, command=command, log_dir=str(tmp_path)) as cluster:
+        first = cluster.pid("ps", 0)
+        parent = psutil.Process(first).parent()
+        assert "ps_toolkit.fork_server" in " ".join(parent.cmdline()), parent.cmdline()
+        assert cluster.kill("ps", 0) == -signal.SIGKILL
+        cluster.restart("ps", 0)
+        assert cluster.pid("ps", 0) != first and cluster.returncode("ps", 0) is None
+        assert psutil.Process(cluster.pid("ps", 0)).ppid() == parent.pid
+    assert cluster.returncode("ps", 0) == -signal.SIGTERM and cluster.returncode("worker", 0) == -signal.SIGTERM
