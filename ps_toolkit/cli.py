@@ -78,7 +78,7 @@ def define_training_flags() -> None:
     flags.DEFINE_boolean(
         "pack_transfers", True, "Move the small parameters and their gradients as one tensor per ps each way."
     )
-    flags.DEFINE_float("readiness_poll_secs", 1.0, "How often a non-chief checks whether the model is ready.")
+    flags.DEFINE_float("readiness_poll_secs", 0.2, "How often a non-chief checks whether the model is ready.")
     flags.DEFINE_float(
         "watchdog_secs", 300.0, "No global-step progress this long ends the task with status 200 (retryable); 0: off."
     )

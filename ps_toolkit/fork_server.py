@@ -40,7 +40,17 @@ from ps_toolkit import fork_child, fork_protocol, tf_import
 TF_IMPORT_THREADS = 1
 # What every server imports before its first fork: TensorFlow, the toolkit's
 # task path (scripts/run_task.py) and the compat layer (scripts/run_legacy.py).
-PRELOAD = ("tensorflow", "absl.app", "ps_toolkit.cli", "ps_toolkit.runner", "ps_toolkit.training", "compat.legacy_tf")
+PRELOAD = (
+    "tensorflow",
+    "absl.app",
+    "ps_toolkit.cli",
+    "ps_toolkit.runner",
+    "ps_toolkit.training",
+    "ps_toolkit.models",
+    "ps_toolkit.model_check",
+    "ps_toolkit.export",
+    "compat.legacy_tf",
+)
 # How long a child's exit status waits in the socket buffer for the client.
 _SEND_TIMEOUT_SECS = 10.0
 

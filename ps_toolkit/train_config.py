@@ -37,7 +37,7 @@ class TrainConfig:
     placement: str = "round_robin"
     partition_variables: bool = False  # split large variables across the ps tasks
     seed: int = 0
-    readiness_poll_secs: float = 1.0
+    readiness_poll_secs: float = 0.2
     # No global-step progress for this long (session creation included) ends
     # the task with the retryable status. 0 turns the watchdog off.
     watchdog_secs: float = 0.0
