@@ -11,9 +11,10 @@ tells it when a read cannot be the replicas' doing:
   a restored checkpoint included;
 * between two reads, at most ``slack`` runs of every replica plus what every
   replica could do in the time between the reads at ``slack`` times the
-  fastest rate the chief itself has stepped at. Until the chief has timed one
-  run of its own (its first run includes graph warm-up while the others may
-  be training) only the ceiling applies.
+  fastest rate the chief itself has stepped at. Until the chief has timed
+  ``warm_runs`` runs of its own only the ceiling applies: its first runs
+  include graph warm-up (each new fetch registers a graph on every ps) while
+  the others may already train at full speed.
 
 A step that goes down (a ps restarted and restored from an older checkpoint)
 is not a jump: it becomes the new baseline. Pure arithmetic, no TensorFlow.
@@ -41,6 +42,8 @@ class StepBound:
     steps_per_run: int
     train_steps: int
     slack: int = DEFAULT_SLACK
+    warm_runs: int = 10
+    _timed_runs: int = 0
     _last: int | None = None
     _last_time: float = 0.0
     _peak_rate: float = 0.0  # the chief's fastest own steps per second so far
@@ -58,6 +61,7 @@ class StepBound:
         """None when ``step`` is plausible after the last read, else why not (one line)."""
         if own_steps > 0 and own_secs > 0:
             self._peak_rate = max(self._peak_rate, own_steps / own_secs)
+            self._timed_runs += 1
         problem = self._above_ceiling(step, f"after {self._last}")
         if problem is None and self._last is not None and step > self._last:
             elapsed = max(now - self._last_time, 0.0)
@@ -72,8 +76,8 @@ class StepBound:
         return problem
 
     def allowed_jump(self, elapsed: float) -> int | None:
-        """The largest honest jump in ``elapsed`` seconds, or None before the chief has timed a run."""
-        if self._peak_rate <= 0:
+        """The largest honest jump in ``elapsed`` seconds, or None while the chief's own runs are warming up."""
+        if self._timed_runs < self.warm_runs:
             return None
         runs = self.num_replicas * self.steps_per_run * self.slack
         return int(runs + self.slack * self.num_replicas * self._peak_rate * elapsed)

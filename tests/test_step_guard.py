@@ -52,11 +52,16 @@ def test_a_step_that_goes_down_becomes_the_new_baseline():
     assert guard.check(4_060, now=0.3, own_steps=20, own_secs=0.1) is None
 
 
-def test_before_the_chief_timed_a_run_only_the_ceiling_applies():
-    """A restarted chief's first run includes warm-up while the others train on."""
+def test_while_the_chiefs_runs_warm_up_only_the_ceiling_applies():
+    """A (re)started chief's first runs include graph warm-up while the others train at full speed."""
     guard = bound()
     guard.reset(0, now=0.0)
     assert guard.check(100_000, now=30.0) is None
+    # Slow first runs, then the others' steps arrive faster than those runs suggest: not a tamper.
+    step = 100_000
+    for i in range(guard.warm_runs - 1):
+        step += 100
+        assert guard.check(step, now=30.0 + 0.2 * (i + 1), own_steps=1, own_secs=0.15) is None
 
 
 def test_the_hook_stops_the_chief_before_the_saver_writes_the_step(tmp_path):
