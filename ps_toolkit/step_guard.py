@@ -48,7 +48,18 @@ class StepGuardHook(tf.compat.v1.train.SessionRunHook):
     def end(self, session):
         # The stop hook may have ended the loop on the very read that jumped; this runs
         # before the saver's end(), which would write the final checkpoint.
-        self._refuse(self._bound.check(int(session.run(self._global_step)), time.monotonic()))
+        self.check_now(int(session.run(self._global_step)))
+
+    def saver_listener(self) -> tf.compat.v1.train.CheckpointSaverListener:
+        """A listener for the chief's CheckpointSaverHook: a checkpoint of an implausible step is never written.
+
+        The saver reads the step again itself, after this hook's read: a step
+        assigned between the two reads is checked here, before the save.
+        """
+        return _SaveGuard(self)
+
+    def check_now(self, step: int) -> None:
+        self._refuse(self._bound.check(step, time.monotonic()))
 
     def _refuse(self, problem: str | None) -> None:
         if problem:
@@ -56,6 +67,14 @@ class StepGuardHook(tf.compat.v1.train.SessionRunHook):
                 f"{self._device}: {problem}; a tampered or corrupted global step (is something "
                 "else writing to the ps?); stopping without saving it"
             )
+
+
+class _SaveGuard(tf.compat.v1.train.CheckpointSaverListener):
+    def __init__(self, guard: StepGuardHook):
+        self._guard = guard
+
+    def before_save(self, session, global_step_value):
+        self._guard.check_now(int(global_step_value))
 
 
 def chief_hook(cluster, config, graph) -> StepGuardHook:

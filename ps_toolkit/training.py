@@ -38,12 +38,16 @@ def _session_creator(cluster, config, graph, target, session_config):
     return FastWorkerSessionCreator(graph.scaffold, target, session_config, config.readiness_poll_secs)
 
 
-def _chief_saving_hooks(config: TrainConfig, graph: TrainGraph) -> list:
+def _chief_saving_hooks(config: TrainConfig, graph: TrainGraph, listeners=()) -> list:
     if not config.checkpoint_dir:
         return []
     steps = None if config.save_checkpoint_secs else config.save_checkpoint_steps
     saver_hook = tf.compat.v1.train.CheckpointSaverHook(
-        config.checkpoint_dir, save_steps=steps, save_secs=config.save_checkpoint_secs, scaffold=graph.scaffold
+        config.checkpoint_dir,
+        save_steps=steps,
+        save_secs=config.save_checkpoint_secs,
+        scaffold=graph.scaffold,
+        listeners=list(listeners),
     )
     # TF's hook assumes a million steps per session.run unless told otherwise, so
     # it reads the global step again after EVERY run: one more round trip to the ps
@@ -121,7 +125,8 @@ def train(
             *([graph.evaluation] if graph.evaluation else []),
         ]
         if cluster.is_chief:
-            hooks = [step_guard.chief_hook(cluster, config, graph)] + _chief_saving_hooks(config, graph) + hooks
+            guard = step_guard.chief_hook(cluster, config, graph)
+            hooks = [guard, *_chief_saving_hooks(config, graph, listeners=[guard.saver_listener()]), *hooks]
         _run_session(cluster, target, config, graph, hooks, progress, session_config)
         if progress.local_steps:
             progress.emit()

@@ -153,7 +153,7 @@ def test_the_server_imports_tensorflow_without_keras_3_as_run_task_does(server, 
 
 def test_sigkill_of_the_launcher_ends_the_fork_server_and_its_tasks(tmp_path):
     """A launcher killed by SIGKILL takes its fork server and every forked task with it (PR_SET_PDEATHSIG)."""
-    argv = [sys.executable, LAUNCHER, f"--log_dir={tmp_path / 'run'}", "--isolation=none", "--"]
+    argv = [sys.executable, LAUNCHER, f"--log_dir={tmp_path / 'run'}", "--isolation=none", "--allow_open_ports", "--"]
     argv += [sys.executable, RUN_LEGACY, FAKE_TASK, f"--record_dir={tmp_path}", "--hang=worker:0,worker:1"]
     launcher = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, cwd=ROOT)
     try:

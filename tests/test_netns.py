@@ -83,9 +83,9 @@ def baseline_rate(namespaces, tmp_path_factory):
 
 def test_one_ps_two_workers_on_three_hosts(baseline_rate, namespaces):
     outcomes, rate = baseline_rate
-    # Each task served on its own non-loopback address, and warned what that means.
+    # Each task served on its own non-loopback address, and said how its port is fenced.
     for outcome in outcomes.values():
-        assert "no authentication" in outcome.stderr, outcome.describe()
+        assert "packet-filter rules admit only loopback and the cluster's hosts" in outcome.stderr, outcome.describe()
     print(f"\n[netns] 1 ps + 2 workers on {', '.join(namespaces.addresses)}: {rate:.1f} steps/s")
 
 
