@@ -76,11 +76,17 @@ def _tree(pid: int) -> list[psutil.Process]:
         return []
 
 
-def _signal_all(pids: Iterable[int], procs: Iterable[psutil.Process], sig: int) -> None:
+def _signal_all(pids: Iterable[int], procs: Iterable[psutil.Process], sig: int, live: Iterable[int] = ()) -> None:
+    """``sig`` to the process groups ``pids`` lead and to ``procs``; a ``live`` task leading no group yet
+    (a forked task before its setsid) gets it directly."""
+    live = set(live)
     for pid in pids:
         try:
             os.killpg(pid, sig)  # each task leads its own process group
-        except (ProcessLookupError, PermissionError):
+        except ProcessLookupError:
+            if pid in live:
+                _signal_pid(pid, sig)
+        except PermissionError:
             pass
     for proc in procs:
         try:
@@ -89,10 +95,17 @@ def _signal_all(pids: Iterable[int], procs: Iterable[psutil.Process], sig: int) 
             pass
 
 
+def _signal_pid(pid: int, sig: int) -> None:
+    try:
+        os.kill(pid, sig)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
 def kill_tree(popen: subprocess.Popen, sig: int = signal.SIGKILL) -> None:
     """Sends ``sig`` at once to a task, its process group and its descendants."""
     if popen.poll() is None:
-        _signal_all([popen.pid], _tree(popen.pid)[1:], sig)
+        _signal_all([popen.pid], _tree(popen.pid)[1:], sig, live=[popen.pid])
 
 
 def stop_trees(popens: Sequence[subprocess.Popen], grace_secs: float) -> None:
@@ -105,11 +118,12 @@ def stop_trees(popens: Sequence[subprocess.Popen], grace_secs: float) -> None:
     descendants = [d for p in live for d in _tree(p.pid)[1:]]
     # Descendants of tasks that already exited may linger in their group.
     groups = [p.pid for p in popens]
-    _signal_all(groups, descendants, signal.SIGTERM)
+    live_pids = [p.pid for p in live]
+    _signal_all(groups, descendants, signal.SIGTERM, live_pids)
     deadline = time.monotonic() + grace_secs
     _reap(live, deadline)
     _, survivors = psutil.wait_procs(descendants, timeout=max(0.0, deadline - time.monotonic()))
-    _signal_all(groups, survivors, signal.SIGKILL)
+    _signal_all(groups, survivors, signal.SIGKILL, [p.pid for p in live if p.poll() is None])
     # SIGKILL cannot be refused; the bound only guards against a kernel stuck in I/O.
     kill_deadline = time.monotonic() + 10.0
     _reap(live, kill_deadline)
