@@ -1,8 +1,8 @@
 """How far the global step can honestly move between two of the chief's reads.
 
-The global step lives on a ps, and anyone who can reach the ps can assign it
-(the attack of issue 18 set it to 10**9, and the run "succeeded" after 8,139 of
-150,000 steps). The chief reads the step after every run anyway; this bound
+The global step lives on a ps, and anyone who can reach the ps can assign it:
+set to 10**9, it would end training at once and be saved as the newest
+checkpoint. The chief reads the step after every run anyway; this bound
 tells it when a read cannot be the replicas' doing:
 
 * never above ``train_steps`` plus one run of every replica, times ``slack``:

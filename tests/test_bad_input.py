@@ -70,7 +70,7 @@ CASES = {
     ),
     "stray argument": (OK_HOSTS + ["--job_name=ps", "extra"], {}, "'extra'"),
     "missing cluster file": (["--cluster_file=/nonexistent/c.json", "--job_name=ps"], {}, "/nonexistent/c.json"),
-    # Environment and range findings of issue 18: each used to be a traceback, or accepted in silence.
+    # Environment errors and out-of-range values: one line, the documented status.
     "empty host label": (["--ps_hosts=a..b:1", "--worker_hosts=h:2", "--job_name=ps"], {}, "'a..b': an empty label"),
     "host label over 63": (
         [f"--ps_hosts={'x' * 64}.example:1", "--worker_hosts=h:2", "--job_name=ps"],
