@@ -2,8 +2,8 @@
 
     python -m ps_toolkit.fork_server FD [MODULE ...]     # started by ps_toolkit.fork_client, never by hand
 
-Importing TensorFlow costs seconds of CPU; a cluster of N local tasks used to
-pay it N times. This process pays it once: it imports TensorFlow, the
+Importing TensorFlow costs seconds of CPU; a cluster of N local tasks started
+fresh pays it N times. This process pays it once: it imports TensorFlow, the
 toolkit's training modules and the compat layer (plus any MODULE given), then
 answers requests on the Unix socket FD. Each ``fork`` request makes a child
 that runs one Python command exactly as ``python SCRIPT ARGS`` would (see

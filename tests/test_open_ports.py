@@ -1,4 +1,4 @@
-"""An attack on the ports, rerun under every default: from another network namespace, a ps's gRPC port gives no connection.
+"""An attack on the ports under every default: from another network namespace, a ps's gRPC port gives no connection.
 
 Each test makes two namespaces joined by a bridge (tests/netns_helpers.py):
 the cluster runs in the first, on loopback addresses as the README's three
