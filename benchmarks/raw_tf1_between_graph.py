@@ -27,7 +27,8 @@ def model(images, spec):
     return net
 
 
-def main(_):
+def start_server():
+    """(cluster, task index, server) of this worker; a ps serves here forever, as in the textbooks."""
     cluster = tf.train.ClusterSpec(
         {"ps": task_flags.hosts(task_flags.PS_HOSTS), "worker": task_flags.hosts(task_flags.WORKER_HOSTS)}
     )
@@ -35,7 +36,11 @@ def main(_):
     server = tf.train.Server(cluster, job_name=job, task_index=index)
     if job == "ps":
         server.join()
-        return
+    return cluster, index, server
+
+
+def main(_):
+    cluster, index, server = start_server()
     spec = MODELS[task_flags.MODEL.value]
     num_workers = cluster.num_tasks("worker")
     data = make_data()

@@ -11,7 +11,7 @@ import numpy as np
 import tensorflow.compat.v1 as tf
 from absl import app
 
-from benchmarks import embedding_model, protocol, task_flags
+from benchmarks import embedding_model, protocol, raw_tf1_between_graph, task_flags
 
 tf.disable_v2_behavior()
 
@@ -22,14 +22,7 @@ def _logit_layer(inputs):
 
 
 def main(_):
-    cluster = tf.train.ClusterSpec(
-        {"ps": task_flags.hosts(task_flags.PS_HOSTS), "worker": task_flags.hosts(task_flags.WORKER_HOSTS)}
-    )
-    job, index = task_flags.JOB_NAME.value, task_flags.TASK_INDEX.value
-    server = tf.train.Server(cluster, job_name=job, task_index=index)
-    if job == "ps":
-        server.join()
-        return
+    cluster, index, server = raw_tf1_between_graph.start_server()
     num_workers, is_chief = cluster.num_tasks("worker"), index == 0
     train_ids, train_labels = embedding_model.examples(seed=index + 1)
     test_ids, test_labels = embedding_model.examples(seed=0, count=4096)

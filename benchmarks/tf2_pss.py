@@ -83,6 +83,15 @@ def _coordinate() -> None:
         images, labels = next(iterator)
         return strategy.run(replica_fn, args=(images, labels))
 
+    clock, last = run_timed(coordinator, train_step, iterator)
+    accuracy = tf.reduce_mean(
+        tf.cast(tf.equal(tf.argmax(logits_of(data.test_images), 1), data.test_labels), tf.float32)
+    )
+    clock.finish(loss=float(last.fetch()), accuracy=float(accuracy))
+
+
+def run_timed(coordinator, train_step, iterator):
+    """Schedules ``--train_steps`` steps, timed by the harness's clock; returns (clock, the last step's result)."""
     steps = task_flags.TRAIN_STEPS.value
     clock = protocol.StepClock(steps)
     done = 0
@@ -94,10 +103,7 @@ def _coordinate() -> None:
         coordinator.join()
         done = target
         clock.observe(done)
-    accuracy = tf.reduce_mean(
-        tf.cast(tf.equal(tf.argmax(logits_of(data.test_images), 1), data.test_labels), tf.float32)
-    )
-    clock.finish(loss=float(last.fetch()), accuracy=float(accuracy))
+    return clock, last
 
 
 def main(_):

@@ -11,7 +11,7 @@ systems (``benchmarks.embedding_model``). The ps and worker tasks are plain
 import tensorflow as tf
 from absl import app
 
-from benchmarks import embedding_model, protocol, task_flags, tf2_pss
+from benchmarks import embedding_model, task_flags, tf2_pss
 
 
 def _coordinate() -> None:
@@ -64,15 +64,7 @@ def _coordinate() -> None:
         ids, labels = next(iterator)
         return strategy.run(replica_fn, args=(ids, labels))
 
-    steps = task_flags.TRAIN_STEPS.value
-    clock = protocol.StepClock(steps)
-    done = 0
-    for target in (1, max(2, int(steps * protocol.WARMUP_FRACTION)), steps):
-        for _ in range(target - done):
-            last = coordinator.schedule(train_step, args=(iterator,))
-        coordinator.join()
-        done = target
-        clock.observe(done)
+    clock, last = tf2_pss.run_timed(coordinator, train_step, iterator)
     test_ids, test_labels = embedding_model.examples(seed=0, count=4096)
     accuracy = tf.reduce_mean(tf.cast(tf.equal(tf.cast(logits_of(test_ids) > 0, tf.int64), test_labels), tf.float32))
     clock.finish(loss=float(last.fetch()), accuracy=float(accuracy))
