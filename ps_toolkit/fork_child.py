@@ -23,6 +23,7 @@ import random
 import runpy
 import signal
 import sys
+import tempfile
 import threading
 import traceback
 
@@ -50,6 +51,8 @@ def run(request: dict, fds: list[int], *, server_pid: int, close_fds: list[int])
         os.chdir(request["cwd"])
         os.environ.clear()
         os.environ.update(request["env"])
+        # Read from TMPDIR once and cached: the server's value would outlive the task's environment.
+        tempfile.tempdir = None
         _reseed()
         _set_name(request["argv"])
         code = _run_python(request["argv"])

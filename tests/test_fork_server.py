@@ -66,6 +66,17 @@ def test_forked_task_sees_its_own_argv_env_cwd_session_and_stdin(server, env, tm
     assert seen["name"] == "fork_probe.py", seen
 
 
+def test_a_forked_task_takes_its_temp_folder_from_its_own_environment(env, tmp_path):
+    """tempfile reads TMPDIR once and caches it: a server's cached folder must not outlive the task's TMPDIR."""
+    cached = ForkServer(env, preload=["tests.fixtures.cache_tempdir"])
+    try:
+        code, seen, err = probe(cached, dict(env, TMPDIR=str(tmp_path)), "exit:0")
+    finally:
+        cached.close()
+    assert code == 0, err
+    assert seen["tmp"] == str(tmp_path), seen
+
+
 @pytest.mark.parametrize(
     "mode, status, stderr_has",
     [("exit:0", 0, ""), ("raise", 1, "RuntimeError: the probe raised"), ("message", 1, "the probe's message")],
