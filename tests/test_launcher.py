@@ -188,7 +188,8 @@ def test_worker_failure_tears_down_the_cluster_and_names_the_task(tmp_path):
 
 
 def test_tasks_that_ignore_sigterm_are_killed(tmp_path):
-    fake = ["--fail=worker:1", "--ignore_sigterm", "--steps=100000", "--step_secs=0.05"]
+    # worker:1 fails once every task ignores SIGTERM: a task stopped earlier would need no SIGKILL.
+    fake = ["--fail=worker:1", "--fail_when_started=3", "--ignore_sigterm", "--steps=100000", "--step_secs=0.05"]
     code, output, _, argv = run_launcher([], fake, tmp_path)
     assert code == 1, explain(argv, code, output)
     assert "SIGKILL (stopped)" in output, explain(argv, code, output)
