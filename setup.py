@@ -12,7 +12,7 @@ setup(
     long_description_content_type="text/markdown",
     python_requires=">=3.10",
     packages=find_packages(include=["ps_toolkit", "ps_toolkit.*"]),
-    package_data={"ps_toolkit": ["embedded_digits/*.gz"]},
+    package_data={"ps_toolkit.models": ["embedded_digits/*.gz"]},
     install_requires=[
         "tensorflow>=2.16",
         # The maintained legacy Keras: restores tf.compat.v1.layers for old scripts.
@@ -27,6 +27,6 @@ setup(
     extras_require={
         # PyYAML and jsonschema let the tests read and check the generated
         # Kubernetes manifests with an independent parser; runtime needs neither.
-        "test": ["pytest", "pytest-timeout", "ruff", "pyyaml", "jsonschema"],
+        "test": ["pytest", "pytest-timeout", "ruff", "pyyaml", "jsonschema", "import-linter"],
     },
 )

@@ -1,12 +1,12 @@
-"""Placement balance of each model over the ps tasks, via ps_toolkit.placement.placement_report."""
+"""Placement balance of each model over the ps tasks, via ps_toolkit.placement.strategies.placement_report."""
 
 from __future__ import annotations
 
 import tensorflow as tf
 
-from ps_toolkit import placement
-from ps_toolkit.cluster import ClusterConfig
-from ps_toolkit.models import NETWORKS
+from ps_toolkit.cluster.config import ClusterConfig
+from ps_toolkit.models.classifiers import NETWORKS
+from ps_toolkit.placement import strategies
 
 
 def balance(model: str, num_ps: int, strategy: str, partition: bool = False) -> dict:
@@ -17,13 +17,13 @@ def balance(model: str, num_ps: int, strategy: str, partition: bool = False) -> 
         task_index=0,
     )
     with tf.Graph().as_default() as graph:
-        with tf.compat.v1.device(placement.device_setter(cluster, strategy)):
+        with tf.compat.v1.device(strategies.device_setter(cluster, strategy)):
             tf.compat.v1.train.get_or_create_global_step()
             images = tf.compat.v1.placeholder(tf.float32, [None, 784])
-            partitioner = placement.variable_partitioner(cluster) if partition else None
+            partitioner = strategies.variable_partitioner(cluster) if partition else None
             with tf.compat.v1.variable_scope("model", partitioner=partitioner):
                 NETWORKS[model](images)
-        report = placement.placement_report(graph, num_ps=num_ps)
+        report = strategies.placement_report(graph, num_ps=num_ps)
     return {
         "model": model,
         "num_ps": num_ps,

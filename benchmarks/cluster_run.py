@@ -2,7 +2,7 @@
 
 Tasks start at once, or once another task printed a marker (``start_after``).
 Tasks marked ``fork`` are forked from a fork server this run starts at launch
-(ps_toolkit.fork_client), as the launcher starts the toolkit's tasks; its
+(ps_toolkit.process.fork_client), as the launcher starts the toolkit's tasks; its
 TensorFlow import is part of the run's launch-to-first-step.
 Training is over when any task prints its ``done`` marker (or every task that
 must finish has exited); from then on every process has
@@ -25,8 +25,8 @@ import time
 import psutil
 
 from benchmarks import protocol
-from ps_toolkit import processes
-from ps_toolkit.fork_client import ForkServer, ForkUnavailable
+from ps_toolkit.process import lifecycle
+from ps_toolkit.process.fork_client import ForkServer, ForkUnavailable
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -145,7 +145,7 @@ def _spawn(server: ForkServer | None, task: Task, env: dict, log):
         except ForkUnavailable as err:
             logging.warning("%s: %s; started with exec instead", task.name, err)
     # Dies with this process, even when it is killed: a stopped benchmark leaves no servers behind.
-    return processes.spawn(argv, **options)
+    return lifecycle.spawn(argv, **options)
 
 
 def _follow(proc, result: TaskResult, changed: threading.Condition, procs: dict) -> None:

@@ -11,7 +11,7 @@ import time
 from benchmarks import measure, systems
 from benchmarks.cluster_run import ClusterRunError, run_cluster
 from benchmarks.synthetic import MODELS, write_idx_dir
-from ps_toolkit.ports import reserve_ports
+from ps_toolkit.launch.ports import reserve_ports
 
 log = logging.getLogger(__name__)
 

@@ -17,7 +17,7 @@ import tempfile
 from absl import app, flags
 
 from benchmarks.synthetic import EMBEDDING
-from ps_toolkit import netns
+from ps_toolkit.task import netns
 
 _STEPS = flags.DEFINE_integer("steps", 200, "Global steps per mode, the first fifth not counted.")
 
@@ -34,10 +34,10 @@ def loopback_bytes() -> int:
 
 def measure(mode: dict, steps: int) -> dict:
     from benchmarks import embedding_model
-    from ps_toolkit import training
-    from ps_toolkit.local_cluster import InProcessCluster
-    from ps_toolkit.model_api import ModelDefinition
-    from ps_toolkit.train_config import TrainConfig
+    from ps_toolkit.launch.local_cluster import InProcessCluster
+    from ps_toolkit.task import monitored_training
+    from ps_toolkit.training.config import TrainConfig
+    from ps_toolkit.training.model_api import ModelDefinition
 
     definition = ModelDefinition(embedding_model.model_fn, embedding_model.input_fn, name="embedding")
     config = TrainConfig(
@@ -55,7 +55,7 @@ def measure(mode: dict, steps: int) -> dict:
         samples.append((global_step, loopback_bytes()))
 
     with InProcessCluster(num_ps=2, num_workers=1) as cluster:
-        training.train(
+        monitored_training.train(
             cluster.cluster_config("worker", 0), cluster.targets["worker"][0], config, definition, on_progress=sample
         )
     start = next(s for s in samples if s[0] >= steps // 5)

@@ -22,7 +22,7 @@ import tempfile
 import time
 
 from benchmarks.cluster_run import REPO, ClusterRunError
-from ps_toolkit import processes
+from ps_toolkit.process import lifecycle
 
 LAUNCH_LOCAL = os.path.join(REPO, "scripts", "launch_local.py")
 METHODS = ("fork", "exec")
@@ -54,14 +54,14 @@ def run_once(method: str, timeout_s: float) -> tuple[float, float]:
     try:
         with tempfile.TemporaryFile() as output:
             started, cpu_before = time.monotonic(), _children_cpu()
-            proc = processes.spawn(argv, env=dict(os.environ), stdout=output, stderr=output, cwd=REPO)
+            proc = lifecycle.spawn(argv, env=dict(os.environ), stdout=output, stderr=output, cwd=REPO)
             try:
                 code = proc.wait(timeout=timeout_s)
                 seconds = time.monotonic() - started
             except subprocess.TimeoutExpired:
                 code = seconds = None
             finally:
-                processes.stop_trees([proc], 5.0)
+                lifecycle.stop_trees([proc], 5.0)
             if code != 0:
                 output.seek(0)
                 tail = output.read().decode(errors="replace")[-3000:]

@@ -8,9 +8,9 @@ from absl import app
 
 from benchmarks import protocol, task_flags
 from benchmarks.synthetic import MODELS, make_data
-from ps_toolkit.data import train_input_fn
-from ps_toolkit.model_api import InputContext, ModeKeys
-from ps_toolkit.models import classifier_model_fn
+from ps_toolkit.models.classifiers import classifier_model_fn
+from ps_toolkit.models.mnist_data import train_input_fn
+from ps_toolkit.training.model_api import InputContext, ModeKeys
 
 
 def main(_):

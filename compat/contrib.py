@@ -5,7 +5,7 @@ from __future__ import annotations
 import types
 
 from compat.removed import RemovedSymbolError
-from ps_toolkit import placement
+from ps_toolkit.placement import strategies
 
 
 class _Namespace(types.ModuleType):
@@ -27,9 +27,9 @@ training = _Namespace(
     "tensorflow.contrib.training",
     "contrib.training",
     {
-        "GreedyLoadBalancingStrategy": placement.GreedyLoadBalancingStrategy,
-        "byte_size_load_fn": placement.byte_size_load_fn,
-        "RandomStrategy": placement.RandomStrategy,
+        "GreedyLoadBalancingStrategy": strategies.GreedyLoadBalancingStrategy,
+        "byte_size_load_fn": strategies.byte_size_load_fn,
+        "RandomStrategy": strategies.RandomStrategy,
     },
 )
 contrib = _Namespace("tensorflow.contrib", "contrib", {"training": training})

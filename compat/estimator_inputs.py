@@ -24,8 +24,8 @@ import tensorflow as tf
 from tensorflow_estimator.python.estimator import run_config as run_config_lib
 from tensorflow_estimator.python.estimator import util as estimator_util
 
-from ps_toolkit.cluster import EVALUATOR, ClusterConfig
-from ps_toolkit.errors import ConfigError
+from ps_toolkit.base.errors import ConfigError
+from ps_toolkit.cluster.config import EVALUATOR, ClusterConfig
 
 TF_CONFIG = "TF_CONFIG"
 _TENSOR_TYPES = (tf.Tensor, tf.SparseTensor, tf.RaggedTensor)

@@ -4,7 +4,7 @@
 ``_TrainingExecutor`` is what train_and_evaluate runs on each task):
 
 - ps: serves until every replica (chief and workers) has told it that it is
-  done, then ends the process with status 0 (``ps_toolkit.server``'s done
+  done, then ends the process with status 0 (``ps_toolkit.task.server``'s done
   queues). The estimator's ps called ``server.join()`` and never returned, so
   no code after ``train_and_evaluate`` ran on a ps; none does here either.
   Its wait for replicas that are gone is bounded (300 s, the default of
@@ -46,9 +46,9 @@ from compat.evaluator_watch import (  # noqa: E402
     mark_training_started,
     orphan_secs_from_env,
 )
-from ps_toolkit.cluster import CHIEF, ClusterConfig  # noqa: E402
-from ps_toolkit.preflight import check_host_resolves, check_port_free  # noqa: E402
-from ps_toolkit.server import serve_until_done, signal_done  # noqa: E402
+from ps_toolkit.cluster.config import CHIEF, ClusterConfig  # noqa: E402
+from ps_toolkit.cluster.preflight import check_host_resolves, check_port_free  # noqa: E402
+from ps_toolkit.task.server import serve_until_done, signal_done  # noqa: E402
 
 log = logging.getLogger(__name__)
 

@@ -25,7 +25,7 @@ import importlib.util
 import sys
 import types
 
-from ps_toolkit.errors import ConfigError
+from ps_toolkit.base.errors import ConfigError
 
 PACKAGE = "tensorflow_estimator"
 PINNED_VERSION = "2.15.0"

@@ -31,8 +31,8 @@ import time
 
 import tensorflow as tf
 
-from ps_toolkit.errors import ConfigError, RetryableError
-from ps_toolkit.preflight import reachable
+from ps_toolkit.base.errors import ConfigError, RetryableError
+from ps_toolkit.cluster.preflight import reachable
 
 log = logging.getLogger(__name__)
 

@@ -24,7 +24,7 @@ import tensorflow as _real_tf
 
 from compat import contrib, estimator_support, mnist_input_data, supervision, task_context
 from compat.removed import RemovedModuleError, RemovedSymbolError
-from ps_toolkit.hooks import quiet_cancelled_queue_runners
+from ps_toolkit.training.hooks import quiet_cancelled_queue_runners
 
 _v1 = _real_tf.compat.v1
 # Packages that only exist in the legacy surface: importing a module below them that

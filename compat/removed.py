@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from ps_toolkit.errors import ConfigError
+from ps_toolkit.base.errors import ConfigError
 
 # Where each removed name went. Keys are dotted names below ``tf``; a key
 # also covers everything under it (``contrib.slim`` covers ``contrib.slim.nets``).
@@ -25,7 +25,9 @@ REPLACEMENTS = {
     "contrib.eager": "TensorFlow 2 eager execution (tf.function)",
     "contrib.predictor": "tf.saved_model.load",
     "contrib.training.HParams": "a dataclass or absl flags",
-    "contrib.training": "ps_toolkit.placement (GreedyLoadBalancingStrategy, byte_size_load_fn, RandomStrategy)",
+    "contrib.training": (
+        "ps_toolkit.placement.strategies (GreedyLoadBalancingStrategy, byte_size_load_fn, RandomStrategy)"
+    ),
     "examples": "tensorflow.examples.tutorials.mnist.input_data (provided) or tf.keras.datasets",
     "keras.estimator": "tf.estimator.Estimator with a model_fn, or tf.keras Model.fit",
     "train.queue_runner": "tf.compat.v1.train.QueueRunner or tf.data",

@@ -5,11 +5,11 @@ import TensorFlow; the submodules that need it import it themselves.
 """
 
 from ps_toolkit.api import train
-from ps_toolkit.cluster import ClusterConfig, resolve
-from ps_toolkit.errors import ConfigError, RetryableError, ToolkitError
-from ps_toolkit.local_cluster import InProcessCluster, LocalCluster, TaskFailedError
-from ps_toolkit.model_api import InputContext, ModeKeys, ModelDefinition, ModelSpec
-from ps_toolkit.train_config import TrainConfig
+from ps_toolkit.base.errors import ConfigError, RetryableError, ToolkitError
+from ps_toolkit.cluster.config import ClusterConfig, resolve
+from ps_toolkit.launch.local_cluster import InProcessCluster, LocalCluster, TaskFailedError
+from ps_toolkit.training.config import TrainConfig
+from ps_toolkit.training.model_api import InputContext, ModeKeys, ModelDefinition, ModelSpec
 
 __all__ = [
     "ClusterConfig",

@@ -23,10 +23,10 @@ import os
 import tempfile
 from collections.abc import Callable, Mapping
 
-from ps_toolkit import cluster as cluster_lib
-from ps_toolkit.cluster import ClusterConfig
-from ps_toolkit.model_api import ModelDefinition, function_name
-from ps_toolkit.train_config import TrainConfig
+from ps_toolkit.cluster import config as cluster_lib
+from ps_toolkit.cluster.config import ClusterConfig
+from ps_toolkit.training.config import TrainConfig
+from ps_toolkit.training.model_api import ModelDefinition, function_name
 
 
 def train(
@@ -56,7 +56,7 @@ def train(
         params=dict(params or {}),
         name=function_name(model_fn),
     )
-    from ps_toolkit import runner  # TensorFlow only once the input is known to be good
+    from ps_toolkit.task import runner  # TensorFlow only once the input is known to be good
 
     return runner.run_task(cluster, config, lambda: definition, ps_orphan_timeout_secs=ps_orphan_timeout_secs)
 
@@ -66,7 +66,7 @@ def _cluster_from_environment() -> ClusterConfig:
     tf_config = os.environ.get("TF_CONFIG", "")
     if tf_config.strip():
         return cluster_lib.resolve(tf_config=tf_config)
-    from ps_toolkit.ports import reserve_ports
+    from ps_toolkit.launch.ports import reserve_ports
 
     with reserve_ports(1) as reservation:
         port = reservation.ports[0]

@@ -14,12 +14,15 @@ import sys
 
 from absl import flags
 
-from ps_toolkit import cluster as cluster_lib
-from ps_toolkit import slurm, user_code
-from ps_toolkit.errors import EXIT_CONFIG, ConfigError, ToolkitError
-from ps_toolkit.model_api import ModelDefinition
-from ps_toolkit.optimizers import OPTIMIZER_NAMES
-from ps_toolkit.train_config import MODEL_NAMES, NEAR_WEIGHTS_MODES, PLACEMENT_STRATEGIES, TrainConfig
+from ps_toolkit.base.errors import EXIT_CONFIG, ConfigError, ToolkitError
+from ps_toolkit.cluster import config as cluster_lib
+from ps_toolkit.cluster import slurm
+from ps_toolkit.models.names import MODEL_NAMES
+from ps_toolkit.placement.choices import NEAR_WEIGHTS_MODES, PLACEMENT_STRATEGIES
+from ps_toolkit.training import user_code
+from ps_toolkit.training.config import TrainConfig
+from ps_toolkit.training.model_api import ModelDefinition
+from ps_toolkit.training.optimizers import OPTIMIZER_NAMES
 
 FLAGS = flags.FLAGS
 
@@ -200,9 +203,9 @@ def check_model_flags() -> None:
 def model_definition_from_flags(config: TrainConfig) -> ModelDefinition:
     """The model the flags name: --model_fn and its input functions, imported, or the built-in --model."""
     if not FLAGS.model_fn:
-        from ps_toolkit import models
+        from ps_toolkit.models import classifiers
 
-        return models.definition(config.model, config.data_dir, seed=config.seed)
+        return classifiers.definition(config.model, config.data_dir, seed=config.seed)
     return ModelDefinition(
         model_fn=user_code.load(FLAGS.model_fn, "model_fn"),
         input_fn=user_code.load(FLAGS.input_fn, "input_fn"),

@@ -11,7 +11,7 @@ training flags given here. With one, every task runs that command with
 ``--ps_hosts=... --worker_hosts=... --job_name=... --task_index=...`` appended
 and TF_CONFIG set. TensorFlow's servers listen on every interface, unauthenticated,
 so by default (--isolation=auto) the tasks run in a private network namespace
-with only a loopback of its own (see ps_toolkit/netns.py); where none can be
+with only a loopback of its own (see ps_toolkit/task/netns.py); where none can be
 made the launcher says so in one warning line and uses this machine's loopback.
 Exit status: 0 when the run succeeded under
 --success_policy; otherwise the failed task's status (2 for bad flags here).
@@ -27,12 +27,15 @@ from absl import app, flags
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from ps_toolkit import cli, launcher, netns, open_ports, preflight  # noqa: E402
-from ps_toolkit import cluster as cluster_lib  # noqa: E402
-from ps_toolkit.drills import parse_kill  # noqa: E402
-from ps_toolkit.errors import EXIT_CONFIG, ConfigError  # noqa: E402
-from ps_toolkit.supervisor import RESTART_POLICIES, SUCCESS_POLICIES, Policy  # noqa: E402
-from ps_toolkit.task_plan import Topology, default_command, hosts_from_flags  # noqa: E402
+from ps_toolkit import cli
+from ps_toolkit.base.errors import EXIT_CONFIG, ConfigError  # noqa: E402
+from ps_toolkit.cluster import config as cluster_lib  # noqa: E402
+from ps_toolkit.cluster import preflight  # noqa: E402
+from ps_toolkit.launch import launcher
+from ps_toolkit.launch.drills import parse_kill  # noqa: E402
+from ps_toolkit.launch.supervisor import RESTART_POLICIES, SUCCESS_POLICIES, Policy  # noqa: E402
+from ps_toolkit.launch.task_plan import Topology, default_command, hosts_from_flags  # noqa: E402
+from ps_toolkit.task import netns, open_ports
 
 _NUM_PS = flags.DEFINE_integer("num_ps", 1, "Parameter server tasks.")
 _NUM_WORKERS = flags.DEFINE_integer("num_workers", 2, "Worker tasks.")

@@ -8,7 +8,7 @@ centres its digits, and written in MNIST's own IDX gzip format so that the
 same reader loads it and real MNIST.
 
 Only maintainers run this (it needs scikit-learn and Pillow):
-    python scripts/make_embedded_digits.py --out_dir=ps_toolkit/embedded_digits
+    python scripts/make_embedded_digits.py --out_dir=ps_toolkit/models/embedded_digits
 """
 
 import os
@@ -18,9 +18,9 @@ from absl import app, flags
 from PIL import Image
 
 from ps_toolkit import cli
-from ps_toolkit.idx import write_idx_gz
+from ps_toolkit.models.idx import write_idx_gz
 
-_OUT_DIR = flags.DEFINE_string("out_dir", "ps_toolkit/embedded_digits", "Where to write the IDX files.")
+_OUT_DIR = flags.DEFINE_string("out_dir", "ps_toolkit/models/embedded_digits", "Where to write the IDX files.")
 _NUM_TEST = flags.DEFINE_integer("num_test", 300, "Images held out for the test split.")
 
 

@@ -21,7 +21,9 @@ from absl import app, flags
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from ps_toolkit import cli, slurm  # noqa: E402
+from ps_toolkit import cli
+from ps_toolkit.cluster import slurm  # noqa: E402
+from ps_toolkit.deploy import slurm_job  # noqa: E402
 
 _NUM_PS = flags.DEFINE_integer("num_ps", 1, "Parameter server tasks (the first ranks).")
 _NUM_WORKERS = flags.DEFINE_integer("num_workers", 2, "Worker tasks.")
@@ -77,7 +79,7 @@ def main(argv):
         cli.fail(f"--port_base={_PORT_BASE.value} must be between 1 and 65000")
     task_args = [flags.FLAGS[name].serialize() for name in TRAINING_FLAGS if flags.FLAGS[name].present]
     task_args += ["--allow_open_ports"] if _ALLOW_OPEN_PORTS.value else []
-    script = slurm.sbatch_script(
+    script = slurm_job.sbatch_script(
         python=_PYTHON.value,
         run_task=RUN_TASK,
         roles=roles(),

@@ -18,7 +18,8 @@ from absl import app, flags
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from ps_toolkit import cli, k8s  # noqa: E402
+from ps_toolkit import cli
+from ps_toolkit.deploy import kubernetes  # noqa: E402
 
 _NUM_PS = flags.DEFINE_integer("num_ps", 1, "Parameter server replicas.")
 _NUM_WORKERS = flags.DEFINE_integer("num_workers", 2, "Worker replicas.")
@@ -28,8 +29,10 @@ _IMAGE = flags.DEFINE_string("image", None, "Container image with this repositor
 _NAME = flags.DEFINE_string("name", "ps-toolkit", "Name of the TFJob (plain: of the Service; Jobs get -<role>).")
 _NAMESPACE = flags.DEFINE_string("namespace", "default", "Kubernetes namespace.")
 _COMMAND = flags.DEFINE_string("command", "python /app/scripts/run_task.py", "The task command in the image.")
-_PORT = flags.DEFINE_integer("port", k8s.DEFAULT_PORT, "The gRPC port of every task.")
-_RESTART = flags.DEFINE_enum("restart_policy", "OnFailure", list(k8s.RESTART_POLICIES), "Replica restart policy.")
+_PORT = flags.DEFINE_integer("port", kubernetes.DEFAULT_PORT, "The gRPC port of every task.")
+_RESTART = flags.DEFINE_enum(
+    "restart_policy", "OnFailure", list(kubernetes.RESTART_POLICIES), "Replica restart policy."
+)
 _BACKOFF = flags.DEFINE_integer("backoff_limit", 3, "Restarts before the job is marked failed.")
 _PVC = flags.DEFINE_string("checkpoint_pvc", None, "PersistentVolumeClaim mounted in every pod for checkpoints.")
 _MOUNT = flags.DEFINE_string("checkpoint_mount", "/checkpoints", "Where --checkpoint_pvc is mounted.")
@@ -62,7 +65,7 @@ def main(argv):
         cli.fail(f"--num_ps={_NUM_PS.value} --num_workers={_NUM_WORKERS.value} must not be negative")
     roles = (("chief", int(_CHIEF.value)), ("ps", _NUM_PS.value), ("worker", _NUM_WORKERS.value))
     with cli.user_errors():
-        spec = k8s.KubeSpec(
+        spec = kubernetes.KubeSpec(
             name=_NAME.value,
             image=_IMAGE.value,
             roles=roles + (("evaluator", int(_EVALUATOR.value)),),
@@ -76,9 +79,9 @@ def main(argv):
             checkpoint_mount=_MOUNT.value,
             cluster_domain=_DOMAIN.value,
         )
-    documents = k8s.plain_objects(spec) if _PLAIN.value else k8s.tfjob_objects(spec)
+    documents = kubernetes.plain_objects(spec) if _PLAIN.value else kubernetes.tfjob_objects(spec)
     sys.stdout.write(f"# Written by: make_tfjob.py {' '.join(shlex.quote(a) for a in sys.argv[1:])}\n")
-    sys.stdout.write(k8s.to_yaml(documents))
+    sys.stdout.write(kubernetes.to_yaml(documents))
 
 
 if __name__ == "__main__":

@@ -14,7 +14,7 @@ import runpy
 import sys
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-EXIT_CONFIG = 2  # ps_toolkit.errors.EXIT_CONFIG, before anything heavy is imported
+EXIT_CONFIG = 2  # ps_toolkit.base.errors.EXIT_CONFIG, before anything heavy is imported
 
 
 def _fail(message: str) -> None:
@@ -35,7 +35,7 @@ def main(argv: list[str]) -> None:
     os.environ["TF_USE_LEGACY_KERAS"] = "1"
     sys.path[0] = REPO  # this folder (scripts/) is of no use to the script
     from compat import legacy_tf
-    from ps_toolkit.errors import ToolkitError
+    from ps_toolkit.base.errors import ToolkitError
 
     legacy_tf.install()
     sys.argv = [script, *argv[2:]]

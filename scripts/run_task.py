@@ -6,7 +6,7 @@
 
 The cluster comes from --ps_hosts/--worker_hosts/..., from TF_CONFIG, or from
 --cluster_file. Every task exits by itself when training is done: 0 on
-success, 2 on bad input (one line on stderr), see ps_toolkit/errors.py.
+success, 2 on bad input (one line on stderr), see ps_toolkit/base/errors.py.
 """
 
 import os
@@ -16,9 +16,17 @@ from absl import app, flags, logging
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from ps_toolkit import cli, environment_errors, flag_ranges, open_ports, paths, preflight, tf_import  # noqa: E402
-from ps_toolkit.cluster import ClusterConfig  # noqa: E402
-from ps_toolkit.train_config import TrainConfig  # noqa: E402
+from ps_toolkit import cli
+from ps_toolkit.base import (
+    environment_errors,
+    flag_ranges,
+    paths,
+    tf_import,  # noqa: E402
+)
+from ps_toolkit.cluster import preflight
+from ps_toolkit.cluster.config import ClusterConfig  # noqa: E402
+from ps_toolkit.task import open_ports
+from ps_toolkit.training.config import TrainConfig  # noqa: E402
 
 tf_import.prefer_lean_import()
 
@@ -40,7 +48,7 @@ def default_checkpoint_dir(cluster: ClusterConfig) -> str:
 def run(cluster: ClusterConfig, config: TrainConfig) -> None:
     # TensorFlow is imported only once the input is known to be good: a typo
     # in a flag is reported in milliseconds, not after a 3-second import.
-    from ps_toolkit import runner
+    from ps_toolkit.task import runner
 
     runner.run_task(
         cluster,

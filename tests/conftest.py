@@ -8,9 +8,9 @@ os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")
 
 from absl import flags  # noqa: E402
 
-from ps_toolkit import port_guard  # noqa: E402
+from ps_toolkit.task import port_guard  # noqa: E402
 
-# Standalone tasks guard their ports with packet-filter rules (ps_toolkit/port_guard.py) or
+# Standalone tasks guard their ports with packet-filter rules (ps_toolkit/task/port_guard.py) or
 # refuse to start. Where no rules can be installed (not root), the tests' own loopback
 # clusters run with their ports open; tests/test_open_ports.py checks the refusal itself.
 if port_guard.unavailable_reason():
@@ -22,7 +22,7 @@ def pytest_configure(config):
     flags.FLAGS.mark_as_parsed()
 
 
-# Local clusters (ps_toolkit.local_cluster); TensorFlow is imported only by tests that use them.
+# Local clusters (ps_toolkit.launch.local_cluster); TensorFlow is imported only by tests that use them.
 import pytest  # noqa: E402
 
 
@@ -33,7 +33,7 @@ def in_process_cluster():
     gRPC servers cannot be shut down in-process, so one cluster serves every test:
     use distinct variable names per test. ``.targets['worker'][0]``, ``.cluster_spec``.
     """
-    from ps_toolkit.local_cluster import InProcessCluster
+    from ps_toolkit.launch.local_cluster import InProcessCluster
 
     cluster = InProcessCluster(num_ps=1, num_workers=2).start()
     yield cluster
@@ -46,7 +46,7 @@ def local_cluster(tmp_path):
 
     Example: ``cluster = local_cluster(num_ps=1, num_workers=2, train_args=["--train_steps=50"])``.
     """
-    from ps_toolkit.local_cluster import LocalCluster
+    from ps_toolkit.launch.local_cluster import LocalCluster
 
     started = []
 

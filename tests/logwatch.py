@@ -6,7 +6,7 @@ import json
 import threading
 import time
 
-from ps_toolkit.task_output import PROGRESS_PREFIX
+from ps_toolkit.launch.task_output import PROGRESS_PREFIX
 
 _POLL_SECS = 0.2
 

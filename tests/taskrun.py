@@ -1,7 +1,7 @@
 """Test helper: run the tasks of a cluster as real processes, bounded, and always clean up.
 
 The toolkit's task scripts are forked from this test process's fork server, as
-the launcher does (ps_toolkit.fork_client); any other command is exec'd.
+the launcher does (ps_toolkit.process.fork_client); any other command is exec'd.
 """
 
 from __future__ import annotations
@@ -16,8 +16,8 @@ import sys
 import threading
 import time
 
-from ps_toolkit.fork_client import TaskStarter
-from ps_toolkit.ports import reserve_ports
+from ps_toolkit.launch.ports import reserve_ports
+from ps_toolkit.process.fork_client import TaskStarter
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 RUN_TASK = os.path.join(REPO, "scripts", "run_task.py")

@@ -11,7 +11,7 @@ import sys
 
 import pytest
 
-from ps_toolkit.data import EMBEDDED_DIGITS_DIR
+from ps_toolkit.models.mnist_data import EMBEDDED_DIGITS_DIR
 from tests.taskrun import REPO, RUN_TASK, python_command, run_tasks
 
 LAUNCH_LOCAL = os.path.join(REPO, "scripts", "launch_local.py")
@@ -237,8 +237,8 @@ def test_launch_local_refuses_a_cluster_that_cannot_train_before_anything_starts
 
 def test_single_replica_without_a_ps_is_accepted(tmp_path):
     # The topology check refuses only what cannot train: one replica trains alone.
-    from ps_toolkit import preflight
-    from ps_toolkit.cluster import ClusterConfig
+    from ps_toolkit.cluster import preflight
+    from ps_toolkit.cluster.config import ClusterConfig
 
     cluster = ClusterConfig.from_host_flags(ps_hosts=None, worker_hosts="localhost:2", job_name="worker", task_index=0)
     preflight.check_topology(cluster)
@@ -368,9 +368,9 @@ def test_a_port_taken_between_the_check_and_the_bind_is_status_4(monkeypatch):
     """Two launches at the same instant: the loser's bind fails after its check passed."""
     import tensorflow as tf
 
-    from ps_toolkit import server
-    from ps_toolkit.cluster import ClusterConfig
-    from ps_toolkit.errors import EXIT_PORT_IN_USE, PortInUseError
+    from ps_toolkit.base.errors import EXIT_PORT_IN_USE, PortInUseError
+    from ps_toolkit.cluster.config import ClusterConfig
+    from ps_toolkit.task import server
 
     with socket.socket() as taken:  # no SO_REUSEPORT: gRPC cannot share it
         taken.bind(("", 0))

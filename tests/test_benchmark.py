@@ -199,14 +199,14 @@ def test_timed_train_prints_the_harness_markers(capsys):
 
 
 def test_with_step_clock_times_replicas_not_ps(monkeypatch):
-    from ps_toolkit import training
+    from ps_toolkit.task import monitored_training
 
-    shipped = training.train
+    shipped = monitored_training.train
     calls = []
-    wrapped = toolkit_task.with_step_clock(lambda cluster, config: calls.append(training.train))
+    wrapped = toolkit_task.with_step_clock(lambda cluster, config: calls.append(monitored_training.train))
     wrapped(types.SimpleNamespace(task_type="ps"), None)
     assert calls[-1] is shipped
-    monkeypatch.setattr(training, "train", shipped)  # restored after the test
+    monkeypatch.setattr(monitored_training, "train", shipped)  # restored after the test
     wrapped(types.SimpleNamespace(task_type="worker"), None)
     assert calls[-1] is not shipped
 
@@ -215,7 +215,7 @@ def test_synthetic_idx_files_read_back_as_the_same_arrays(tmp_path):
     import numpy as np
 
     from benchmarks.synthetic import make_data, write_idx_dir
-    from ps_toolkit.data import load_dataset
+    from ps_toolkit.models.mnist_data import load_dataset
 
     made, read = make_data(), load_dataset(write_idx_dir(str(tmp_path)))
     for name in ("train_images", "train_labels", "test_images", "test_labels"):
@@ -224,7 +224,7 @@ def test_synthetic_idx_files_read_back_as_the_same_arrays(tmp_path):
 
 
 def test_run_once_holds_its_ports_until_the_cluster_has_ended(monkeypatch, tmp_path):
-    from ps_toolkit import ports
+    from ps_toolkit.launch import ports
 
     def fake_run_cluster(tasks, **options):
         for port in held:

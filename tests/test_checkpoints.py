@@ -7,8 +7,8 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from ps_toolkit.checkpoints import check_model_matches_checkpoint, checkpoint_problem, prepare_checkpoint_dir
-from ps_toolkit.errors import ConfigError
+from ps_toolkit.base.errors import ConfigError
+from ps_toolkit.task.checkpoints import check_model_matches_checkpoint, checkpoint_problem, prepare_checkpoint_dir
 
 
 @pytest.fixture

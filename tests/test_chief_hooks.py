@@ -4,8 +4,8 @@ import types
 
 import tensorflow as tf
 
-from ps_toolkit import training
-from ps_toolkit.train_config import TrainConfig
+from ps_toolkit.task import monitored_training
+from ps_toolkit.training.config import TrainConfig
 
 
 def _count_global_step_reads(tmp_path, steps: int, steps_per_run: int) -> tuple[int, list[str]]:
@@ -16,7 +16,7 @@ def _count_global_step_reads(tmp_path, steps: int, steps_per_run: int) -> tuple[
         global_step = tf.compat.v1.train.get_or_create_global_step()
         train_op = tf.compat.v1.assign_add(global_step, steps_per_run)
         scaffold = tf.compat.v1.train.Scaffold()
-        hooks = training._chief_saving_hooks(config, types.SimpleNamespace(scaffold=scaffold))
+        hooks = monitored_training._chief_saving_hooks(config, types.SimpleNamespace(scaffold=scaffold))
 
         class CountingCreator(tf.compat.v1.train.ChiefSessionCreator):
             def create_session(self):

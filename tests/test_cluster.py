@@ -4,9 +4,9 @@ import json
 
 import pytest
 
-from ps_toolkit import cluster as cluster_lib
-from ps_toolkit.cluster import ClusterConfig, resolve
-from ps_toolkit.errors import EXIT_CONFIG, ConfigError
+from ps_toolkit.base.errors import EXIT_CONFIG, ConfigError
+from ps_toolkit.cluster import config as cluster_lib
+from ps_toolkit.cluster.config import ClusterConfig, resolve
 
 PS, WORKERS = "localhost:2222", "localhost:2223,localhost:2224"
 

@@ -11,7 +11,7 @@ from fixtures_legacy.launch import RUN_LEGACY
 from fixtures_legacy.mnist_idx import write_digits_idx
 
 from compat import removed
-from ps_toolkit.errors import ConfigError
+from ps_toolkit.base.errors import ConfigError
 
 FIXTURES = os.path.join(os.path.dirname(os.path.abspath(__file__)), "fixtures_legacy")
 

@@ -12,8 +12,8 @@ import pytest
 from fixtures_legacy.launch import RUN_LEGACY
 
 from compat import estimator_support, removed
-from ps_toolkit.errors import EXIT_CONFIG, EXIT_RETRYABLE
-from ps_toolkit.ports import reserve_ports
+from ps_toolkit.base.errors import EXIT_CONFIG, EXIT_RETRYABLE
+from ps_toolkit.launch.ports import reserve_ports
 
 FIXTURES = os.path.join(os.path.dirname(os.path.abspath(__file__)), "fixtures_legacy")
 

@@ -16,10 +16,10 @@ import time
 
 import pytest
 
-from ps_toolkit.checkpoints import checkpoint_problem, prepare_checkpoint_dir
-from ps_toolkit.errors import EXIT_ORPHANED, EXIT_RETRYABLE
-from ps_toolkit.local_cluster import LocalCluster
-from ps_toolkit.preflight import reachable
+from ps_toolkit.base.errors import EXIT_ORPHANED, EXIT_RETRYABLE
+from ps_toolkit.cluster.preflight import reachable
+from ps_toolkit.launch.local_cluster import LocalCluster
+from ps_toolkit.task.checkpoints import checkpoint_problem, prepare_checkpoint_dir
 from tests import logwatch
 
 pytestmark = pytest.mark.slow

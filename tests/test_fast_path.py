@@ -1,10 +1,10 @@
-"""ps_toolkit.fast_path: several SGD steps per session.run, and how many to ask for."""
+"""ps_toolkit.training.multi_step: several SGD steps per session.run, and how many to ask for."""
 
 import pytest
 
 
 def test_steps_for_next_run_shares_the_rest_among_replicas():
-    from ps_toolkit.fast_path import steps_for_next_run
+    from ps_toolkit.training.multi_step import steps_for_next_run
 
     assert steps_for_next_run(0, 1000, 2, 10) == 10
     assert steps_for_next_run(990, 1000, 2, 10) == 5
@@ -16,7 +16,7 @@ def test_multi_step_runs_several_sgd_steps_in_one_session_run():
     import numpy as np
     import tensorflow as tf
 
-    from ps_toolkit import fast_path
+    from ps_toolkit.training import multi_step
 
     with tf.Graph().as_default():
         global_step = tf.compat.v1.train.get_or_create_global_step()
@@ -27,8 +27,8 @@ def test_multi_step_runs_several_sgd_steps_in_one_session_run():
             loss = tf.square(weight * 2.0 - 6.0)
             return loss, optimizer.compute_gradients(loss)
 
-        step = fast_path.apply_step_fn(optimizer, global_step, loss_and_gradients)
-        run = fast_path.multi_step(step, 5)
+        step = multi_step.apply_step_fn(optimizer, global_step, loss_and_gradients)
+        run = multi_step.multi_step(step, 5)
         with tf.compat.v1.Session() as session:
             session.run(tf.compat.v1.global_variables_initializer())
             _, step_value = session.run([run.loss, run.global_step])

@@ -7,7 +7,7 @@ import sys
 
 import pytest
 
-from ps_toolkit.task_output import PROGRESS_PREFIX
+from ps_toolkit.launch.task_output import PROGRESS_PREFIX
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 LAUNCHER = os.path.join(ROOT, "scripts", "launch_local.py")

@@ -1,4 +1,4 @@
-"""The fork server (ps_toolkit.fork_server, fork_child, fork_client): a forked task is what exec would start.
+"""The fork server (ps_toolkit.process.fork_server, fork_child, fork_client): a forked task is what exec would start.
 
 A server imports TensorFlow once (seconds), so the tests share one per module.
 """
@@ -14,8 +14,9 @@ import sys
 import psutil
 import pytest
 
-from ps_toolkit import fork_client, task_plan
-from ps_toolkit.fork_client import ForkedProcess, ForkServer, ForkUnavailable, TaskStarter
+from ps_toolkit.launch import task_plan
+from ps_toolkit.process import fork_client
+from ps_toolkit.process.fork_client import ForkedProcess, ForkServer, ForkUnavailable, TaskStarter
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 PROBE = os.path.join(ROOT, "tests", "fixtures", "fork_probe.py")
@@ -174,7 +175,9 @@ def test_sigkill_of_the_launcher_ends_the_fork_server_and_its_tasks(tmp_path):
             assert line, output
             output += line
         tree = psutil.Process(launcher.pid).children(recursive=True)
-        servers = [p for p in tree if p.ppid() == launcher.pid and "ps_toolkit.fork_server" in " ".join(p.cmdline())]
+        servers = [
+            p for p in tree if p.ppid() == launcher.pid and "ps_toolkit.process.fork_server" in " ".join(p.cmdline())
+        ]
         tasks = [p for p in tree if p.ppid() in {s.pid for s in servers}]
         assert len(servers) == 1 and len(tasks) == 3, (tree, output)
     finally:
@@ -188,13 +191,13 @@ def test_sigkill_of_the_launcher_ends_the_fork_server_and_its_tasks(tmp_path):
 
 
 def test_local_cluster_forks_its_tasks_and_kills_and_restarts_them(tmp_path):
-    from ps_toolkit.local_cluster import LocalCluster
+    from ps_toolkit.launch.local_cluster import LocalCluster
 
     command = [sys.executable, RUN_LEGACY, PROBE, "sleep"]
     with LocalCluster(num_ps=1, num_workers=1, command=command, log_dir=str(tmp_path)) as cluster:
         first = cluster.pid("ps", 0)
         parent = psutil.Process(first).parent()
-        assert "ps_toolkit.fork_server" in " ".join(parent.cmdline()), parent.cmdline()
+        assert "ps_toolkit.process.fork_server" in " ".join(parent.cmdline()), parent.cmdline()
         assert cluster.kill("ps", 0) == -signal.SIGKILL
         cluster.restart("ps", 0)
         assert cluster.pid("ps", 0) != first and cluster.returncode("ps", 0) is None

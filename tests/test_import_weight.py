@@ -6,7 +6,8 @@ import sys
 
 def test_package_and_flag_modules_import_without_tensorflow():
     code = (
-        "import sys, ps_toolkit, ps_toolkit.cli, ps_toolkit.api, ps_toolkit.user_code, ps_toolkit.model_api; "
+        "import sys, ps_toolkit, ps_toolkit.cli, ps_toolkit.api, ps_toolkit.training.user_code, "
+        "ps_toolkit.training.model_api; "
         "print('tensorflow' in sys.modules)"
     )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)

@@ -8,9 +8,9 @@ import sys
 
 import pytest
 
-from ps_toolkit import k8s
-from ps_toolkit.cluster import ClusterConfig
-from ps_toolkit.errors import ConfigError
+from ps_toolkit.base.errors import ConfigError
+from ps_toolkit.cluster.config import ClusterConfig
+from ps_toolkit.deploy import kubernetes
 from tests.taskrun import REPO
 from tests.test_k8s_cluster import operator_tf_config
 
@@ -117,10 +117,10 @@ JOB_SCHEMA = strict(
 )
 
 
-def make_spec(**overrides) -> k8s.KubeSpec:
+def make_spec(**overrides) -> kubernetes.KubeSpec:
     settings = dict(name="mnist", image="registry.local/ps_toolkit:1", roles=(("ps", 1), ("worker", 2)))
     settings.update(overrides)
-    return k8s.KubeSpec(**settings)
+    return kubernetes.KubeSpec(**settings)
 
 
 def run_script(*args: str) -> subprocess.CompletedProcess:
@@ -129,8 +129,8 @@ def run_script(*args: str) -> subprocess.CompletedProcess:
 
 def test_tfjob_round_trips_through_yaml_and_matches_the_schema():
     spec = make_spec(roles=(("chief", 1), ("ps", 2), ("worker", 3), ("evaluator", 1)), checkpoint_pvc="ckpt")
-    manifest = k8s.tfjob(spec)
-    (parsed,) = yaml.safe_load_all(k8s.to_yaml([manifest]))
+    manifest = kubernetes.tfjob(spec)
+    (parsed,) = yaml.safe_load_all(kubernetes.to_yaml([manifest]))
     assert parsed == manifest
     jsonschema.validate(parsed, TFJOB_SCHEMA)
     replicas = parsed["spec"]["tfReplicaSpecs"]
@@ -150,17 +150,17 @@ def test_tfjob_against_the_operator_crd_when_given():
     with open(path, encoding="utf-8") as handle:
         crd = yaml.safe_load(handle)
     (version,) = [v for v in crd["spec"]["versions"] if v["name"] == "v1"]
-    jsonschema.validate(k8s.tfjob(make_spec(restart_policy="ExitCode")), version["schema"]["openAPIV3Schema"])
+    jsonschema.validate(kubernetes.tfjob(make_spec(restart_policy="ExitCode")), version["schema"]["openAPIV3Schema"])
 
 
 def test_plain_objects_are_a_headless_service_and_one_indexed_job_per_role():
     spec = make_spec(roles=(("chief", 1), ("ps", 1), ("worker", 2), ("evaluator", 1)), checkpoint_pvc="ckpt")
-    documents = list(yaml.safe_load_all(k8s.to_yaml(k8s.plain_objects(spec))))
-    assert documents == k8s.plain_objects(spec)
+    documents = list(yaml.safe_load_all(kubernetes.to_yaml(kubernetes.plain_objects(spec))))
+    assert documents == kubernetes.plain_objects(spec)
     service, *jobs, policy = documents
-    assert policy == k8s.network_policy(spec)
+    assert policy == kubernetes.network_policy(spec)
     jsonschema.validate(service, SERVICE_SCHEMA)
-    assert service["spec"]["selector"] == {k8s.LABEL: "mnist"}
+    assert service["spec"]["selector"] == {kubernetes.LABEL: "mnist"}
     assert [job["metadata"]["name"] for job in jobs] == ["mnist-chief", "mnist-ps", "mnist-worker", "mnist-evaluator"]
     for job in jobs:
         jsonschema.validate(job, JOB_SCHEMA)
@@ -175,7 +175,7 @@ def test_plain_objects_are_a_headless_service_and_one_indexed_job_per_role():
 @pytest.mark.parametrize("job, index", [("ps", 0), ("worker", 1), ("chief", 0), ("evaluator", 0)])
 def test_plain_tf_config_uses_the_service_dns_names(job, index):
     spec = make_spec(roles=(("chief", 1), ("ps", 1), ("worker", 2), ("evaluator", 1)), cluster_domain="cluster.local")
-    (manifest,) = [d for d in k8s.plain_objects(spec) if d["metadata"]["name"] == f"mnist-{job}"]
+    (manifest,) = [d for d in kubernetes.plain_objects(spec) if d["metadata"]["name"] == f"mnist-{job}"]
     template = manifest["spec"]["template"]["spec"]["containers"][0]["env"][1]["value"]
     config = ClusterConfig.from_tf_config(template.replace("$(TASK_INDEX)", str(index)))
     assert (config.task_type, config.task_index) == (job, index)
@@ -187,12 +187,13 @@ def test_plain_tf_config_uses_the_service_dns_names(job, index):
 
 
 def test_exit_code_policy_fails_plain_jobs_on_permanent_statuses():
-    for job in k8s.plain_objects(make_spec(restart_policy="ExitCode"))[1:-1]:
+    for job in kubernetes.plain_objects(make_spec(restart_policy="ExitCode"))[1:-1]:
         assert job["spec"]["template"]["spec"]["restartPolicy"] == "Never"
         (rule,) = job["spec"]["podFailurePolicy"]["rules"]
         assert rule["action"] == "FailJob" and rule["onExitCodes"]["values"] == [1, 2, 3, 4, 5]
     assert (
-        k8s.tfjob(make_spec(restart_policy="ExitCode"))["spec"]["tfReplicaSpecs"]["PS"]["restartPolicy"] == "ExitCode"
+        kubernetes.tfjob(make_spec(restart_policy="ExitCode"))["spec"]["tfReplicaSpecs"]["PS"]["restartPolicy"]
+        == "ExitCode"
     )
 
 
@@ -214,12 +215,12 @@ def test_bad_specs_are_config_errors(overrides, message):
 def test_yaml_strings_survive_any_content():
     tricky = ["yes", "no", "on", "null", "~", "a: b", "#x", "- y", "{z}", "'q'", '"d"', "line\nbreak", "é", "", "123"]
     document = {"values": tricky, "yes": 1, "with space": [], "nested": [{"a": [1, True, None]}, [2, 3]]}
-    assert yaml.safe_load(k8s.to_yaml([document]).removeprefix("---\n")) == document
+    assert yaml.safe_load(kubernetes.to_yaml([document]).removeprefix("---\n")) == document
 
 
 def test_operator_tf_config_with_cloud_environment_is_accepted():
     spec = make_spec()
-    cluster = {job: [k8s.operator_host(spec, job, i) for i in range(n)] for job, n in (("worker", 2), ("ps", 1))}
+    cluster = {job: [kubernetes.operator_host(spec, job, i) for i in range(n)] for job, n in (("worker", 2), ("ps", 1))}
     assert cluster["ps"] == ["mnist-ps-0.default.svc:2222"]
     text = operator_tf_config(cluster, "worker", 1)
     assert text.startswith('{"cluster":{"ps":["mnist-ps-0.default.svc:2222"],"worker":[')
@@ -258,7 +259,11 @@ def test_make_tfjob_writes_both_forms():
 def test_the_network_policy_admits_only_the_jobs_own_pods(plain):
     """Every pod the objects create is selected by the policy, and only pods of the same job may connect."""
     spec = make_spec(roles=(("chief", 1), ("ps", 2), ("worker", 2)))
-    documents = list(yaml.safe_load_all(k8s.to_yaml(k8s.plain_objects(spec) if plain else k8s.tfjob_objects(spec))))
+    documents = list(
+        yaml.safe_load_all(
+            kubernetes.to_yaml(kubernetes.plain_objects(spec) if plain else kubernetes.tfjob_objects(spec))
+        )
+    )
     (policy,) = [d for d in documents if d["kind"] == "NetworkPolicy"]
     selector = policy["spec"]["podSelector"]["matchLabels"]
     assert policy["spec"]["policyTypes"] == ["Ingress"]
@@ -270,7 +275,7 @@ def test_the_network_policy_admits_only_the_jobs_own_pods(plain):
         (tfjob,) = [d for d in documents if d["kind"] == "TFJob"]
         templates = [r["template"] for r in tfjob["spec"]["tfReplicaSpecs"].values()]
     assert templates and all(selector.items() <= t["metadata"]["labels"].items() for t in templates)
-    other = k8s.network_policy(make_spec(name="other"))
+    other = kubernetes.network_policy(make_spec(name="other"))
     assert other["spec"]["podSelector"] != policy["spec"]["podSelector"]
 
 

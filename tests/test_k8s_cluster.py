@@ -5,7 +5,7 @@ import json
 
 import pytest
 
-from ps_toolkit.ports import reserve_ports
+from ps_toolkit.launch.ports import reserve_ports
 from tests.taskrun import RUN_TASK, assert_cluster_trained, python_command, run_tasks
 
 TRAIN_STEPS = 200

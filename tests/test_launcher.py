@@ -14,7 +14,7 @@ import time
 import psutil
 import pytest
 
-from ps_toolkit.ports import reserve_ports
+from ps_toolkit.launch.ports import reserve_ports
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 LAUNCHER = os.path.join(ROOT, "scripts", "launch_local.py")

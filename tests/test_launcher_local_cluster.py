@@ -9,7 +9,7 @@ import sys
 import psutil
 import pytest
 
-from ps_toolkit.local_cluster import LocalCluster, TaskFailedError
+from ps_toolkit.launch.local_cluster import LocalCluster, TaskFailedError
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 FAKE_TASK = [sys.executable, os.path.join(ROOT, "tests", "fixtures", "fake_task.py")]

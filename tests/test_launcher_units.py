@@ -7,14 +7,14 @@ import json
 
 import pytest
 
-from ps_toolkit.charts import write_progress_chart
-from ps_toolkit.drills import DrillSchedule, parse_kill
-from ps_toolkit.errors import ConfigError
-from ps_toolkit.launcher import LaunchOptions
-from ps_toolkit.status import Console, StepRate, SummaryRow, status_text, summary_table
-from ps_toolkit.supervisor import Policy
-from ps_toolkit.task_output import TaskOutput, parse_progress, parse_result
-from ps_toolkit.task_plan import Topology, default_command, plan_tasks
+from ps_toolkit.base.errors import ConfigError
+from ps_toolkit.launch.charts import write_progress_chart
+from ps_toolkit.launch.drills import DrillSchedule, parse_kill
+from ps_toolkit.launch.launcher import LaunchOptions
+from ps_toolkit.launch.status import Console, StepRate, SummaryRow, status_text, summary_table
+from ps_toolkit.launch.supervisor import Policy
+from ps_toolkit.launch.task_output import TaskOutput, parse_progress, parse_result
+from ps_toolkit.launch.task_plan import Topology, default_command, plan_tasks
 
 
 @pytest.mark.parametrize(

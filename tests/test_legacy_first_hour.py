@@ -10,7 +10,7 @@ import time
 
 import pytest
 
-from ps_toolkit.ports import reserve_ports
+from ps_toolkit.launch.ports import reserve_ports
 from tests.taskrun import REPO, python_command, run_tasks
 
 RUN_LEGACY = os.path.join(REPO, "scripts", "run_legacy.py")

@@ -8,12 +8,14 @@ import sys
 import pytest
 import tensorflow as tf
 
-from ps_toolkit import models, train_graph, training
-from ps_toolkit.cluster import ClusterConfig
-from ps_toolkit.local_cluster import InProcessCluster
-from ps_toolkit.model_api import ModelDefinition
-from ps_toolkit.optimizers import OPTIMIZER_NAMES
-from ps_toolkit.train_config import TrainConfig
+from ps_toolkit.cluster.config import ClusterConfig
+from ps_toolkit.launch.local_cluster import InProcessCluster
+from ps_toolkit.models import classifiers
+from ps_toolkit.task import monitored_training
+from ps_toolkit.training import replica_graph
+from ps_toolkit.training.config import TrainConfig
+from ps_toolkit.training.model_api import ModelDefinition
+from ps_toolkit.training.optimizers import OPTIMIZER_NAMES
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "user_models"))
 import clicks  # noqa: E402
@@ -24,20 +26,24 @@ CLICKS = ModelDefinition(clicks.model_fn, clicks.input_fn, clicks.eval_input_fn,
 def _train(definition, tmp_path, **config):
     config = TrainConfig(checkpoint_dir=str(tmp_path), **{"train_steps": 40, "batch_size": 32, **config})
     with InProcessCluster(num_ps=1, num_workers=1) as cluster:
-        return training.train(cluster.cluster_config("worker", 0), cluster.targets["worker"][0], config, definition)
+        return monitored_training.train(
+            cluster.cluster_config("worker", 0), cluster.targets["worker"][0], config, definition
+        )
 
 
 @pytest.mark.parametrize("optimizer", OPTIMIZER_NAMES)
 @pytest.mark.parametrize("sync", [False, True], ids=["async", "sync"])
 def test_every_optimizer_trains_async_and_sync(tmp_path, optimizer, sync):
-    result = _train(models.definition("softmax"), tmp_path, optimizer=optimizer, sync_replicas=sync, steps_per_run=10)
+    result = _train(
+        classifiers.definition("softmax"), tmp_path, optimizer=optimizer, sync_replicas=sync, steps_per_run=10
+    )
     assert result["global_step"] == 40, result
     assert result["eval"]["accuracy"] > 0.5, result
 
 
 def test_a_model_fn_with_its_own_train_op_runs_as_it_is(tmp_path, caplog):
     definition = ModelDefinition(clicks.own_train_op_model_fn, clicks.input_fn, clicks.eval_input_fn, name="own")
-    with caplog.at_level(logging.WARNING, logger="ps_toolkit.train_graph"):
+    with caplog.at_level(logging.WARNING, logger="ps_toolkit.training.replica_graph"):
         result = _train(definition, tmp_path, steps_per_run=20, sync_replicas=True)
     assert result["global_step"] >= 40 and result["local_steps"] >= 40, result
     assert set(result["eval"]) == {"auc", "loss"}, result
@@ -53,7 +59,7 @@ CLUSTER_2PS = ClusterConfig(
 def _graph(config: TrainConfig) -> tf.Graph:
     graph = tf.Graph()
     with graph.as_default():
-        train_graph.build(CLUSTER_2PS, config, CLICKS)
+        replica_graph.build(CLUSTER_2PS, config, CLICKS)
     return graph
 
 

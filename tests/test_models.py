@@ -1,10 +1,10 @@
-"""ps_toolkit.models: where each layer's arithmetic runs."""
+"""ps_toolkit.models.classifiers: where each layer's arithmetic runs."""
 
 import tensorflow as tf
 
-from ps_toolkit import layer_placement, packed_transfer
-from ps_toolkit.layer_placement import near_rule
-from ps_toolkit.models import NETWORKS
+from ps_toolkit.models.classifiers import NETWORKS
+from ps_toolkit.placement.near_weights import near_rule, rule_in_effect
+from ps_toolkit.training import packed_transfer
 
 
 def _devices_of(op_type: str, graph) -> set:
@@ -24,7 +24,7 @@ def _build(near_weights, model="mlp", packed=False):
             def loss_fn(custom_getter=None):
                 rule = near_weights if callable(near_weights) else lambda *_: near_weights
                 scope = tf.compat.v1.variable_scope("model", reuse=tf.compat.v1.AUTO_REUSE, custom_getter=custom_getter)
-                with scope, layer_placement.rule_in_effect(rule):
+                with scope, rule_in_effect(rule):
                     logits = NETWORKS[model](images)
                 return tf.reduce_mean(tf.nn.sparse_softmax_cross_entropy_with_logits(labels=labels, logits=logits))
 

@@ -1,10 +1,10 @@
-"""ps_toolkit.packed_transfer: one tensor per ps each way, and exactly plain SGD's update."""
+"""ps_toolkit.training.packed_transfer: one tensor per ps each way, and exactly plain SGD's update."""
 
 import numpy as np
 import pytest
 import tensorflow as tf
 
-from ps_toolkit import packed_transfer
+from ps_toolkit.training import packed_transfer
 
 
 def _model(inputs, partitioner=None):
@@ -49,7 +49,7 @@ def test_packed_step_is_plain_sgd(partitioned):
 
 def _three_sgd_steps(packed_in_loop: bool) -> list[np.ndarray]:
     """Three SGD steps on three batches from tf.data: plain one per run, or packed in one in-graph loop."""
-    from ps_toolkit import fast_path
+    from ps_toolkit.training import multi_step
 
     with tf.Graph().as_default():
         batches = tf.data.Dataset.from_tensor_slices(np.arange(24, dtype=np.float32).reshape(3, 2, 4) / 24)
@@ -66,10 +66,10 @@ def _three_sgd_steps(packed_in_loop: bool) -> list[np.ndarray]:
 
         with tf.compat.v1.Session() as session:
             if packed_in_loop:
-                step = fast_path.apply_step_fn(
+                step = multi_step.apply_step_fn(
                     optimizer, global_step, lambda: packed_transfer.loss_and_gradients(loss_fn, variables)
                 )
-                run = fast_path.multi_step(step, 3)
+                run = multi_step.multi_step(step, 3)
                 session.run(tf.compat.v1.global_variables_initializer())
                 assert session.run(run.global_step) == 3
             else:

@@ -1,12 +1,13 @@
-"""Private per-user state (ps_toolkit.paths) and per-user port locks (ps_toolkit.ports): no cluster needed."""
+"""Private per-user state (base.paths) and per-user port locks (launch.ports): no cluster needed."""
 
 import os
 import stat
 
 import pytest
 
-from ps_toolkit import paths, ports
-from ps_toolkit.errors import ConfigError
+from ps_toolkit.base import paths
+from ps_toolkit.base.errors import ConfigError
+from ps_toolkit.launch import ports
 
 
 @pytest.fixture

@@ -7,9 +7,9 @@ import types
 import pytest
 import tensorflow as tf
 
-from ps_toolkit.cluster import ClusterConfig
-from ps_toolkit.errors import ConfigError
-from ps_toolkit.placement import (
+from ps_toolkit.base.errors import ConfigError
+from ps_toolkit.cluster.config import ClusterConfig
+from ps_toolkit.placement.strategies import (
     STRATEGIES,
     GreedyLoadBalancingStrategy,
     PlacementReport,

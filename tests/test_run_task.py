@@ -6,7 +6,7 @@ import os
 
 import pytest
 
-from ps_toolkit.ports import reserve_ports
+from ps_toolkit.launch.ports import reserve_ports
 from tests.taskrun import RUN_TASK, describe_all, loopback_hosts, python_command, run_tasks
 
 # Every task must exit by itself within this many seconds of the last step.

@@ -1,7 +1,7 @@
 """How a task's session config shares its host's cores."""
 
-from ps_toolkit.cluster import ClusterConfig
-from ps_toolkit.server import default_intra_op_threads, session_config
+from ps_toolkit.cluster.config import ClusterConfig
+from ps_toolkit.task.server import default_intra_op_threads, session_config
 
 
 def local(job_name, task_index=0, workers=1, ps=1, ps_host="localhost"):

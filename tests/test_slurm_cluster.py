@@ -18,7 +18,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from ps_toolkit.ports import port_is_free
+from ps_toolkit.launch.ports import port_is_free
 from tests.taskrun import REPO
 
 MAKE_SLURM_JOB = os.path.join(REPO, "scripts", "make_slurm_job.py")

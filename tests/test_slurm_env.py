@@ -8,8 +8,9 @@ import sys
 
 import pytest
 
-from ps_toolkit import slurm
-from ps_toolkit.errors import ConfigError
+from ps_toolkit.base.errors import ConfigError
+from ps_toolkit.cluster import slurm
+from ps_toolkit.deploy import slurm_job
 from tests.taskrun import REPO, RUN_TASK
 
 MAKE_SLURM_JOB = os.path.join(REPO, "scripts", "make_slurm_job.py")
@@ -126,7 +127,7 @@ def test_same_cluster_as_tensorflows_slurm_cluster_resolver(monkeypatch, nodelis
 
 
 def test_sbatch_script_runs_one_step_with_every_task():
-    script = slurm.sbatch_script(
+    script = slurm_job.sbatch_script(
         python="/usr/bin/python3",
         run_task="/opt/ps toolkit/scripts/run_task.py",
         roles=[("ps", 1), ("worker", 2)],

@@ -11,10 +11,11 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from ps_toolkit import placement, sync_loop
-from ps_toolkit.hooks import SyncReplicasHook
-from ps_toolkit.local_cluster import InProcessCluster
-from ps_toolkit.replica_tokens import PerReplicaSyncOptimizer
+from ps_toolkit.launch.local_cluster import InProcessCluster
+from ps_toolkit.placement import strategies
+from ps_toolkit.training import sync_multi_step
+from ps_toolkit.training.hooks import SyncReplicasHook
+from ps_toolkit.training.sync_replicas import PerReplicaSyncOptimizer
 
 LEARNING_RATE = 2.0
 # Per worker: (gradient of var0, gradient of var1).
@@ -25,7 +26,7 @@ def build_replica(cluster, index, replicas_to_aggregate, make_train, last_step=N
     """Worker ``index``'s session and ``make_train(optimizer, global_step, var0, var1)``'s result, in its graph."""
     config = cluster.cluster_config("worker", index)
     graph = tf.Graph()
-    with graph.as_default(), tf.compat.v1.device(placement.device_setter(config)):
+    with graph.as_default(), tf.compat.v1.device(strategies.device_setter(config)):
         global_step = tf.compat.v1.train.get_or_create_global_step()
         var0 = tf.compat.v1.get_variable("var0", initializer=[0.0, 1.0])
         var1 = tf.compat.v1.get_variable("var1", initializer=[2.0])
@@ -211,7 +212,7 @@ def test_a_backup_replica_that_starts_after_the_end_takes_a_release_token(cluste
 
 
 def build_looping_worker(cluster, index, steps_per_run, last_step):
-    """Worker ``index`` with ps_toolkit.sync_loop: up to ``steps_per_run`` sync steps per run."""
+    """Worker ``index`` with ps_toolkit.training.sync_multi_step: up to ``steps_per_run`` sync steps per run."""
     num_replicas = cluster.cluster_config("worker", index).num_replicas
 
     def make_train(optimizer, global_step, var0, var1):
@@ -220,7 +221,9 @@ def build_looping_worker(cluster, index, steps_per_run, last_step):
             grad0, grad1 = (tf.constant(g) for g in GRADIENTS[index])
             return tf.reduce_sum(var0.read_value()), [(grad0, var0), (grad1, var1)]
 
-        return sync_loop.multi_step(optimizer, global_step, [var0, var1], loss_and_gradients, steps_per_run, last_step)
+        return sync_multi_step.multi_step(
+            optimizer, global_step, [var0, var1], loss_and_gradients, steps_per_run, last_step
+        )
 
     return build_replica(cluster, index, num_replicas, make_train)
 
@@ -283,7 +286,7 @@ def test_sync_loop_refuses_a_variable_without_gradient():
             return loss, [(tf.ones([1]), used), (None, unused)]
 
         with pytest.raises(ValueError, match="none for unused:0"):
-            sync_loop.multi_step(optimizer, global_step, [used, unused], loss_and_gradients, 3, 10)
+            sync_multi_step.multi_step(optimizer, global_step, [used, unused], loss_and_gradients, 3, 10)
 
 
 def test_sync_loop_refuses_an_undeclared_sparse_gradient():
@@ -298,7 +301,7 @@ def test_sync_loop_refuses_an_undeclared_sparse_gradient():
             return tf.reduce_sum(rows), [(tf.IndexedSlices(tf.ones([1, 1]), tf.constant([0])), table)]
 
         with pytest.raises(ValueError, match="gradient of table:0 is not of the kind"):
-            sync_loop.multi_step(optimizer, global_step, [table], loss_and_gradients, 3, 10)
+            sync_multi_step.multi_step(optimizer, global_step, [table], loss_and_gradients, 3, 10)
 
 
 def test_per_replica_tokens_refuse_what_they_cannot_do():

@@ -1,6 +1,6 @@
 """The console shows the toolkit's lines; TensorFlow's start-up and shutdown noise goes to the task logs only."""
 
-from ps_toolkit.task_output import ConsoleFilter, TaskOutput
+from ps_toolkit.launch.task_output import ConsoleFilter, TaskOutput
 
 # (stream, line, shown on the console), in the order a quick-start worker prints them.
 QUICK_START_LINES = [

@@ -1,10 +1,10 @@
-"""ps_toolkit.tf_import: a task's TensorFlow import skips the eager Keras 3 load."""
+"""ps_toolkit.base.tf_import: a task's TensorFlow import skips the eager Keras 3 load."""
 
 import os
 import subprocess
 import sys
 
-from ps_toolkit import tf_import
+from ps_toolkit.base import tf_import
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 PROBE = (

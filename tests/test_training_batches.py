@@ -1,4 +1,4 @@
-"""Every step of an in-graph loop trains on a batch of its own, async and sync, through training.train.
+"""Every step of an in-graph loop trains on a batch of its own, async and sync, through monitored_training.train.
 
 A batch tensor built outside the loop enters it as a constant: every step of a
 run would then train on one batch. The count here is of batches the input
@@ -10,9 +10,10 @@ import dataclasses
 import pytest
 import tensorflow as tf
 
-from ps_toolkit import models, training
-from ps_toolkit.local_cluster import InProcessCluster
-from ps_toolkit.train_config import TrainConfig
+from ps_toolkit.launch.local_cluster import InProcessCluster
+from ps_toolkit.models import classifiers
+from ps_toolkit.task import monitored_training
+from ps_toolkit.training.config import TrainConfig
 
 
 def _counting(definition, delivered: list):
@@ -40,11 +41,11 @@ def test_each_step_of_a_run_takes_a_new_batch(tmp_path, sync):
         train_steps=40, steps_per_run=20, batch_size=32, sync_replicas=sync, checkpoint_dir=str(tmp_path)
     )
     with InProcessCluster(num_ps=1, num_workers=1) as cluster:
-        result = training.train(
+        result = monitored_training.train(
             cluster.cluster_config("worker", 0),
             cluster.targets["worker"][0],
             config,
-            _counting(models.definition("softmax"), delivered),
+            _counting(classifiers.definition("softmax"), delivered),
         )
     assert result["global_step"] == 40
     assert result["local_steps"] >= 40

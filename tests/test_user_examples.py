@@ -58,7 +58,7 @@ def test_wide_deep_workers_read_disjoint_shards():
     sys.path.insert(0, os.path.join(EXAMPLES, "wide_deep"))
     import clicks_wide_deep
 
-    from ps_toolkit.model_api import InputContext
+    from ps_toolkit.training.model_api import InputContext
 
     def rows(index: int) -> set:
         dataset = clicks_wide_deep.input_fn(InputContext(2, index, 256), {})

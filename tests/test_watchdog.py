@@ -6,8 +6,8 @@ import time
 
 import pytest
 
-from ps_toolkit.cluster import ClusterConfig
-from ps_toolkit.watchdog import ProgressWatchdog
+from ps_toolkit.cluster.config import ClusterConfig
+from ps_toolkit.task.watchdog import ProgressWatchdog
 from tests.taskrun import RUN_TASK, python_command, run_tasks
 
 

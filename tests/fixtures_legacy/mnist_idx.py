@@ -6,7 +6,7 @@ import os
 
 import numpy as np
 
-from ps_toolkit.idx import read_idx, write_idx_gz
+from ps_toolkit.models.idx import read_idx, write_idx_gz
 
 _EMBEDDED = os.path.join(
     os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))), "ps_toolkit", "embedded_digits"

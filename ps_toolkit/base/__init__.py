@@ -1,0 +1,5 @@
+"""Leaf utilities every layer may use.
+
+The exit-status contract, environment errors, flag ranges, private state paths, the TensorFlow
+import.
+"""

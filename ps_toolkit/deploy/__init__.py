@@ -1,0 +1,1 @@
+"""Multi-host deployment files: Kubernetes manifests and Slurm batch scripts."""

@@ -1,0 +1,1 @@
+"""Local clusters: the launcher, its supervisor, task plans, output, status and charts, and LocalCluster for tests."""

@@ -1,0 +1,370 @@
+"""Runs one local cluster to its end: starts tasks, watches them, applies the policies.
+
+One event loop owns every task process. It waits on the tasks' output pipes,
+their pidfds (exits) and a signal wake-up fd with a bounded timeout, never on
+a sleep. Policies: success (the chief, or all workers, finished with 0), restart
+in place on failure, scheduled SIGKILL drills, and teardown of everything that
+is still running once the run is decided.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import selectors
+import signal
+import subprocess
+import time
+from collections.abc import Callable, Sequence
+
+from ps_toolkit.base import flag_ranges
+from ps_toolkit.base.errors import EXIT_CONFIG, EXIT_ENVIRONMENT, EXIT_PORT_IN_USE, ConfigError
+from ps_toolkit.cluster.config import CHIEF, PS, WORKER
+from ps_toolkit.launch.drills import DrillSchedule
+from ps_toolkit.launch.status import Console, StepRate, SummaryRow, describe_exit, exit_status_cell, status_text
+from ps_toolkit.launch.task_output import TaskOutput
+from ps_toolkit.launch.task_plan import TaskPlan
+from ps_toolkit.process import lifecycle
+from ps_toolkit.process.fork_client import TaskStarter
+
+# How long to keep reading a task's output after it exited (a descendant may hold the pipe).
+_DRAIN_SECS = 2.0
+_READ_BYTES = 1 << 16
+
+
+SUCCESS_POLICIES = ("chief", "all_workers")
+RESTART_POLICIES = ("never", "on-failure")
+
+
+@dataclasses.dataclass(frozen=True)
+class Policy:
+    """How a run is judged and what happens to failed tasks; checked when made (ConfigError)."""
+
+    success_policy: str = "chief"  # chief: the chief's status 0 ends the run; all_workers: every worker's
+    grace_secs: float = 10.0  # after success, time the other workers get to end by themselves
+    ps_grace_secs: float = 5.0  # then the time parameter servers get
+    stop_grace_secs: float = 5.0  # between SIGTERM and SIGKILL when a task is stopped
+    restart: str = "never"  # or on-failure: restart failed tasks in place
+    max_restarts: int = 3  # per task
+    kills: tuple = ()  # chaos drills: ((job, index, seconds after launch), ...)
+    timeout_secs: float | None = None  # stop everything and fail after this long
+    retry_port_conflicts: bool = True  # the launcher sets it: only reserved ports can be redrawn
+
+    def __post_init__(self):
+        object.__setattr__(self, "kills", tuple(self.kills))
+        if self.success_policy not in SUCCESS_POLICIES:
+            raise ConfigError(f"--success_policy={self.success_policy!r}; valid: {', '.join(SUCCESS_POLICIES)}")
+        if self.restart not in RESTART_POLICIES:
+            raise ConfigError(f"--restart={self.restart!r}; valid: {', '.join(RESTART_POLICIES)}")
+        for name in ("grace_secs", "ps_grace_secs", "stop_grace_secs"):
+            flag_ranges.check_seconds(name, getattr(self, name), zero_ok=True, none_ok=False)
+        flag_ranges.check_int("max_restarts", self.max_restarts, low=0, high=10_000)
+        flag_ranges.check_seconds("timeout_secs", self.timeout_secs)
+        for job, index, secs in self.kills:
+            flag_ranges.check_seconds(f"kill={job}:{index}@", secs, zero_ok=True, none_ok=False)
+
+
+@dataclasses.dataclass
+class Outcome:
+    """How one attempt ended. ``failed_task`` names the task that decided a failure."""
+
+    succeeded: bool = False
+    message: str = ""
+    exit_code: int = 0
+    port_conflict: bool = False
+    rows: list = dataclasses.field(default_factory=list)
+    outputs: dict = dataclasses.field(default_factory=dict)
+
+
+class _Task:
+    """A task's process and its history across restarts."""
+
+    def __init__(self, plan: TaskPlan, output: TaskOutput, log_path: str):
+        self.plan, self.output, self.log_path = plan, output, log_path
+        self.popen: subprocess.Popen | None = None  # or a fork_client.ForkedProcess, used the same way
+        self.state = "pending"
+        self.restarts = 0
+        self.run_secs = 0.0
+        self.started_at = 0.0
+        self.stop_requested = False
+        self.drill_killed = False
+        self.pidfd: int | None = None
+
+    @property
+    def alive(self) -> bool:
+        return self.popen is not None and self.popen.returncode is None
+
+
+class Supervisor:
+    """Watches the tasks of one cluster attempt until the run is decided and torn down."""
+
+    def __init__(
+        self,
+        plans: Sequence[TaskPlan],
+        *,
+        log_dir: str,
+        policy: Policy,
+        console: Console,
+        quiet: bool,
+        starter: TaskStarter | None = None,
+    ):
+        self._policy = policy
+        self._console = console
+        # Starts (and restarts) each task: forked from a fork server, or exec'd (fork_client).
+        self._starter = starter or TaskStarter(note=console.line)
+        self._selector = selectors.DefaultSelector()
+        self._tasks: dict[str, _Task] = {}
+        echo = None if quiet else console.line
+        for plan in plans:
+            path = os.path.join(log_dir, f"{plan.job}-{plan.index}.log")
+            self._tasks[plan.name] = _Task(plan, TaskOutput(plan.name, open(path, "ab"), echo), path)  # noqa: SIM115
+        self._outcome: Outcome | None = None
+        self._restarts_allowed = True
+        self._rate = StepRate()
+        self._usage_cache: dict = {}
+        self._signal_fd: int | None = None
+        self._last_usage_at = float("-inf")
+        self._t0 = time.monotonic()
+        self._drills = DrillSchedule((), self._t0)
+
+    # The run.
+    def run(self, *, signal_fd: int | None = None) -> Outcome:
+        """Runs the cluster to its end. ``signal_fd`` wakes the loop when a signal arrives."""
+        self._signal_fd = signal_fd
+        if signal_fd is not None:
+            self._selector.register(signal_fd, selectors.EVENT_READ, ("signal", None, None))
+        self._t0 = time.monotonic()
+        self._drills = DrillSchedule(self._policy.kills, self._t0)
+        try:
+            for task in self._tasks.values():
+                if self._outcome is None:
+                    self._start(task)
+            deadline = None if self._policy.timeout_secs is None else self._t0 + self._policy.timeout_secs
+            self._watch(lambda: self._outcome is not None, deadline)
+            if self._outcome is None:
+                self._decide(False, f"the run did not end within --timeout_secs={self._policy.timeout_secs:g}", 1)
+            self._restarts_allowed = False
+            if self._outcome.succeeded:
+                self._wind_down()
+        finally:
+            self._stop([t for t in self._tasks.values() if t.alive])
+            # Descendants of tasks that already exited may linger in their process groups.
+            lifecycle.stop_trees([t.popen for t in self._tasks.values() if t.popen], 0.0)
+            for task in self._tasks.values():
+                self._drain(task, time.monotonic() + _DRAIN_SECS)
+                task.output.close()
+            if signal_fd is not None:
+                self._selector.unregister(signal_fd)
+            self._selector.close()
+            self._console.clear_status()
+        self._outcome.rows = [self._row(t) for t in self._tasks.values()]
+        self._outcome.outputs = {name: t.output for name, t in self._tasks.items()}
+        return self._outcome
+
+    def _wind_down(self) -> None:
+        """After success: the others get a grace period to end on their own, then are stopped."""
+        others = [t for t in self._tasks.values() if t.plan.job != PS]
+        self._watch(lambda: not any(t.alive for t in others), time.monotonic() + self._policy.grace_secs)
+        self._stop([t for t in others if t.alive])
+        servers = [t for t in self._tasks.values() if t.plan.job == PS]
+        self._watch(lambda: not any(t.alive for t in servers), time.monotonic() + self._policy.ps_grace_secs)
+
+    def _decide(self, succeeded: bool, message: str, exit_code: int, *, port_conflict=False) -> None:
+        if self._outcome is None:
+            self._outcome = Outcome(succeeded, message, exit_code, port_conflict)
+
+    # The event loop.
+    def _watch(self, done: Callable[[], bool], deadline: float | None) -> None:
+        """Handles events until ``done()`` or ``deadline``; stops early on a signal."""
+        while not done():
+            now = time.monotonic()
+            if deadline is not None and now >= deadline:
+                return
+            bound = self._console.status_interval
+            if deadline is not None:
+                bound = min(bound, deadline - now)
+            for key, _ in self._selector.select(timeout=max(0.0, min(bound, self._drills.next_at() - now))):
+                kind, task, stream = key.data
+                if kind == "signal":
+                    if self._on_signal():
+                        return
+                elif kind == "pipe":
+                    self._read(task, stream, key.fd)
+            self._run_drills()
+            for task in self._tasks.values():
+                if task.popen is not None and task.state in ("running",) and task.popen.poll() is not None:
+                    self._on_exit(task)
+            self._show_status()
+
+    def _on_signal(self) -> bool:
+        numbers = os.read(self._signal_fd, 64)
+        if not numbers:
+            return False
+        name = signal.Signals(numbers[-1]).name
+        self._console.line(f"launcher: got {name}; stopping every task")
+        self._decide(False, f"interrupted by {name}", 128 + numbers[-1])
+        self._stop([t for t in self._tasks.values() if t.alive])
+        return True
+
+    def _read(self, task: _Task, stream: str, fd: int) -> None:
+        data = os.read(fd, _READ_BYTES)
+        task.output.feed(stream, data)
+        if not data:
+            self._selector.unregister(fd)
+
+    # Task life cycle.
+    def _start(self, task: _Task) -> None:
+        task.output.note(f"{'start' if task.restarts == 0 else f'restart {task.restarts}'}: {' '.join(task.plan.argv)}")
+        try:
+            task.popen = self._starter.start(
+                task.plan.argv, env=task.plan.env, stdout=subprocess.PIPE, stderr=subprocess.PIPE
+            )
+        except OSError as err:  # the command does not exist or cannot be run: bad input
+            task.state = "not started"
+            self._decide(False, f"cannot start {task.plan.name}: {task.plan.argv[0]}: {err.strerror}", EXIT_CONFIG)
+            return
+        task.started_at = time.monotonic()
+        task.state = "running"
+        for stream in ("stdout", "stderr"):
+            pipe = getattr(task.popen, stream)
+            self._selector.register(pipe.fileno(), selectors.EVENT_READ, ("pipe", task, stream))
+        pidfd = lifecycle.pid_fd(task.popen)
+        if pidfd is not None:
+            self._selector.register(pidfd, selectors.EVENT_READ, ("exit", task, None))
+            task.pidfd = pidfd
+
+    def _on_exit(self, task: _Task) -> None:
+        self._release(task)
+        code = task.popen.returncode
+        name, policy = task.plan.name, self._policy
+        if task.stop_requested:
+            task.state = "stopped"
+            return
+        if code == 0:
+            task.state = "finished"
+            self._check_success()
+            return
+        task.state = "failed"
+        if code == EXIT_PORT_IN_USE and policy.retry_port_conflicts and self._restarts_allowed:
+            self._decide(False, f"{name}: port of {task.plan.address} was taken", code, port_conflict=True)
+            return
+        if (
+            self._restarts_allowed
+            and policy.restart == "on-failure"
+            and task.restarts < policy.max_restarts
+            and code not in (EXIT_CONFIG, EXIT_ENVIRONMENT)
+        ):
+            task.restarts += 1
+            self._console.line(
+                f"launcher: {name} {describe_exit(code, task.drill_killed)}; "
+                f"restarting it on {task.plan.address} ({task.restarts}/{policy.max_restarts})"
+            )
+            task.drill_killed = False
+            self._start(task)
+            return
+        if self._outcome is None:
+            tail = "\n".join(f"    {line}" for line in task.output.tail)
+            budget = ""
+            if policy.restart == "on-failure" and code in (EXIT_CONFIG, EXIT_ENVIRONMENT):
+                budget = " (not restarted: a permanent status)"
+            elif policy.restart == "on-failure" and task.restarts >= policy.max_restarts:
+                budget = f" (restart budget spent: {task.restarts}/{policy.max_restarts} restarts used)"
+            self._decide(
+                False,
+                f"{name} ({task.plan.address}) {describe_exit(code, task.drill_killed)}{budget}; "
+                f"last lines of {task.log_path}:\n{tail}",
+                code if code > 0 else 1,
+            )
+
+    def _check_success(self) -> None:
+        replicas = [t for t in self._tasks.values() if t.plan.job in (CHIEF, WORKER)]
+        if self._policy.success_policy == "all_workers":
+            if all(t.state == "finished" for t in replicas):
+                self._decide(True, "every worker finished with status 0", 0)
+            return
+        chief = self._tasks.get(f"{CHIEF}:0") or self._tasks[f"{WORKER}:0"]
+        if chief.state == "finished":
+            self._decide(True, f"the chief ({chief.plan.name}) finished with status 0", 0)
+
+    def _release(self, task: _Task) -> None:
+        """Reads the rest of an exited task's output and closes its pipes and pidfd."""
+        task.run_secs += time.monotonic() - task.started_at
+        if task.pidfd is not None:
+            self._selector.unregister(task.pidfd)
+            os.close(task.pidfd)
+            task.pidfd = None
+        self._drain(task, time.monotonic() + _DRAIN_SECS)
+
+    def _drain(self, task: _Task, deadline: float) -> None:
+        if task.popen is None:
+            return
+        streams = [(name, getattr(task.popen, name)) for name in ("stdout", "stderr")]
+        pipes = {pipe.fileno(): (name, pipe) for name, pipe in streams if pipe and not pipe.closed}
+        open_fds = [fd for fd in pipes if fd in self._selector.get_map()]
+        with selectors.DefaultSelector() as drain:
+            for fd in open_fds:
+                self._selector.unregister(fd)
+                drain.register(fd, selectors.EVENT_READ, pipes[fd][0])
+            while drain.get_map() and time.monotonic() < deadline:
+                for key, _ in drain.select(timeout=max(0.0, deadline - time.monotonic())):
+                    data = os.read(key.fd, _READ_BYTES)
+                    task.output.feed(key.data, data)
+                    if not data:
+                        drain.unregister(key.fd)
+        for _, pipe in pipes.values():
+            pipe.close()
+
+    def _stop(self, tasks: list[_Task]) -> None:
+        if not tasks:
+            return
+        for task in tasks:
+            task.stop_requested = True
+            task.output.note("stopping (SIGTERM, then SIGKILL after the grace period)")
+        lifecycle.stop_trees([t.popen for t in tasks], self._policy.stop_grace_secs)
+        for task in tasks:
+            if task.popen.returncode is not None:
+                self._on_exit(task)
+
+    # Chaos drills.
+    def _run_drills(self) -> None:
+        for job, index, secs in self._drills.due(time.monotonic()):
+            task = self._tasks.get(f"{job}:{index}")
+            if task is None or not task.alive:
+                self._console.line(f"launcher: --kill={job}:{index}@{secs:g}s: the task is not running; skipped")
+                continue
+            self._console.line(f"launcher: --kill drill: SIGKILL {task.plan.name} at {secs:g}s")
+            task.output.note(f"killed by the --kill drill at {secs:g}s")
+            task.drill_killed = True
+            lifecycle.kill_tree(task.popen, signal.SIGKILL)
+
+    # Reporting.
+    def _show_status(self) -> None:
+        now = time.monotonic()
+        steps = [t.output.progress[-1].get("global_step") for t in self._tasks.values() if t.output.progress]
+        steps = [s for s in steps if isinstance(s, int)]
+        if steps:
+            self._rate.add(now, max(steps))
+        if now - self._last_usage_at < self._console.status_interval:
+            return
+        self._last_usage_at = now
+        cpu, rss = lifecycle.usage([t.popen for t in self._tasks.values() if t.alive], self._usage_cache)
+        text = status_text(
+            elapsed=now - self._t0,
+            global_step=max(steps) if steps else None,
+            rate=self._rate.per_sec,
+            states={name: t.state for name, t in self._tasks.items()},
+            cpu=cpu,
+            rss=rss,
+        )
+        self._console.status(text, now)
+
+    def _row(self, task: _Task) -> SummaryRow:
+        code = None if task.popen is None else task.popen.returncode
+        return SummaryRow(
+            task=task.plan.name,
+            address=task.plan.address,
+            exit_status=exit_status_cell(code, task.state),
+            restarts=task.restarts,
+            run_secs=task.run_secs,
+            steps=task.output.steps,
+        )

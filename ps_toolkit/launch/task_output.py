@@ -1,0 +1,206 @@
+"""A task's output: its log file, its console lines, and the progress it reports.
+
+Each line a task prints goes to its log file and, prefixed with the task
+(``[worker:1] ...``), to the console when ``ConsoleFilter`` lets it: the
+toolkit's own lines and the task's plain output, not TensorFlow's (see
+there). Lines that start with the progress prefix are parsed into records
+(global step, loss, steps/s) for the status line and the chart; a worker's
+last stdout line, a JSON object, is its final result.
+"""
+
+from __future__ import annotations
+
+import collections
+import functools
+import importlib.util
+import json
+import os
+import re
+from collections.abc import Callable
+
+from ps_toolkit.base.task_lines import PROGRESS_PREFIX
+
+TAIL_LINES = 20
+
+
+def parse_progress(line: str) -> dict | None:
+    """The JSON record of a progress line, or None for any other line."""
+    if not line.startswith(PROGRESS_PREFIX):
+        return None
+    try:
+        record = json.loads(line[len(PROGRESS_PREFIX) :])
+    except ValueError:
+        return None
+    return record if isinstance(record, dict) else None
+
+
+def parse_result(line: str | None) -> dict | None:
+    """A worker's final JSON line (it has ``final_loss`` or ``local_steps``), or None."""
+    if not line or not line.lstrip().startswith("{"):
+        return None
+    try:
+        record = json.loads(line)
+    except ValueError:
+        return None
+    if isinstance(record, dict) and ("final_loss" in record or "local_steps" in record):
+        return record
+    return None
+
+
+# absl's log prefix, Python's and C++'s: "I1123 06:12:58.170337 139622 server.py:103] ..."
+# and "E0000 00:00:1795414374.349964   10728 cuda_platform.cc:52] ...".
+_LOG_LINE = re.compile(r"^([IWEF])\d{4} \d\d:\d\d:\d+\.\d+\s+\d+\s+([^\s:\]]+):\d+\] ")
+_ABSL_PREAMBLE = "WARNING: All log messages before absl::InitializeLog() is called are written to STDERR"
+_ALWAYS_SHOWN = re.compile(r"^(Traceback \(most recent call last\)|watchdog: )|: error: ")
+_LIBRARIES = ("tensorflow", "absl", "tf_keras", "keras")
+
+
+@functools.cache
+def _toolkit_files() -> frozenset[str]:
+    """Basenames of the toolkit's modules and scripts: their log lines are the toolkit's."""
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    names = set()
+    for folder in ("ps_toolkit", "scripts", "compat"):
+        path = os.path.join(root, folder)
+        if os.path.isdir(path):
+            names.update(n for n in os.listdir(path) if n.endswith(".py"))
+    return frozenset(names)
+
+
+@functools.cache
+def _library_files() -> frozenset[str]:
+    """Basenames of TensorFlow's (and absl's, Keras's) Python files, found without importing them."""
+    names = set()
+    for package in _LIBRARIES:
+        spec = importlib.util.find_spec(package)
+        for root in (spec.submodule_search_locations or []) if spec else []:
+            for _folder, _dirs, files in os.walk(root):
+                names.update(n for n in files if n.endswith(".py"))
+    return frozenset(names - _toolkit_files())
+
+
+class ConsoleFilter:
+    """Decides which task lines the console shows; the log file always gets every line.
+
+    Shown: the toolkit's log lines, the task's own plain output (print, a legacy
+    script's logging), final result lines, tracebacks and one-line errors.
+    Hidden: TensorFlow's C++ log lines (cuInit, ABORTED, "UNAVAILABLE: Socket
+    closed", ...) except fatal ones, log lines from TensorFlow's, absl's and
+    Keras's Python files, absl's "before InitializeLog" preamble, the lines that
+    continue a hidden message, and progress records (the status line and the
+    chart show them).
+    """
+
+    def __init__(self):
+        self._showing = {"stdout": True, "stderr": True}
+
+    def shows(self, stream: str, line: str) -> bool:
+        if line.startswith(PROGRESS_PREFIX):
+            return False
+        match = _LOG_LINE.match(line)
+        if match:
+            level, source = match.groups()
+            if source.endswith(".py"):
+                shown = source in _toolkit_files() or source not in _library_files()
+            else:
+                shown = level == "F"
+        elif line.startswith(_ABSL_PREAMBLE):
+            shown = False
+        elif _ALWAYS_SHOWN.search(line):
+            shown = True
+        else:
+            return self._showing[stream]  # a message's next line: as its first line
+        self._showing[stream] = shown
+        return shown
+
+
+# What a script of its own (a legacy one) prints about its progress and result, e.g.
+# "worker=0, final accuracy = 0.91", "local_step=250", "done after 580 local steps".
+_PRINTED_ACCURACY = re.compile(r"accuracy\b[^0-9\n]{0,16}?(\d+(?:\.\d+)?)", re.IGNORECASE)
+_PRINTED_LOCAL_STEP = re.compile(r"local[ _]steps?\s*[=:]?\s*(\d+)|(\d+) local steps", re.IGNORECASE)
+
+
+class TaskOutput:
+    """Collects one task's output across its restarts.
+
+    Example:
+        out = TaskOutput("worker:1", open(path, "ab"), echo=print)
+        out.feed("stdout", b'ps_toolkit progress: {"global_step": 3}\\n')
+        out.progress[-1]["global_step"]   # 3
+    """
+
+    def __init__(self, name: str, log_file, echo: Callable[[str], None] | None):
+        self.name = name
+        self._log = log_file
+        self._echo = echo
+        self._console = ConsoleFilter()
+        self._partial = {"stdout": b"", "stderr": b""}
+        self.progress: list[dict] = []
+        self.tail: collections.deque[str] = collections.deque(maxlen=TAIL_LINES)
+        self.last_stdout_line: str | None = None
+        # From lines that are not the toolkit's records: what a script of its own printed.
+        self.printed_accuracy: float | None = None
+        self.printed_local_step: int | None = None
+
+    def note(self, text: str) -> None:
+        """A line from the launcher itself (start, restart, stop) into the log."""
+        self._write_log(f"--- {text} ---")
+
+    def feed(self, stream: str, data: bytes) -> None:
+        """Takes bytes read from ``stream``; ``b''`` means the stream has closed."""
+        if not data:
+            rest, self._partial[stream] = self._partial[stream], b""
+            if rest:
+                self._line(stream, rest)
+            return
+        lines = (self._partial[stream] + data).split(b"\n")
+        self._partial[stream] = lines.pop()
+        for raw in lines:
+            self._line(stream, raw)
+
+    def _line(self, stream: str, raw: bytes) -> None:
+        line = raw.decode("utf-8", "replace").rstrip("\r")
+        self._write_log(line)
+        self.tail.append(line)
+        if stream == "stdout" and line.strip():
+            self.last_stdout_line = line
+            record = parse_progress(line)
+            if record is not None:
+                self.progress.append(record)
+            elif parse_result(line) is None:
+                self._scan_printed(line)
+        if self._echo is not None and self._console.shows(stream, line):
+            self._echo(f"[{self.name}] {line}")
+
+    def _scan_printed(self, line: str) -> None:
+        accuracy = _PRINTED_ACCURACY.findall(line)
+        if accuracy:
+            self.printed_accuracy = float(accuracy[-1])
+        steps = _PRINTED_LOCAL_STEP.findall(line)
+        if steps:
+            self.printed_local_step = int(next(g for g in steps[-1] if g))
+
+    def _write_log(self, line: str) -> None:
+        self._log.write(line.encode("utf-8", "replace") + b"\n")
+        self._log.flush()
+
+    @property
+    def result(self) -> dict | None:
+        return parse_result(self.last_stdout_line)
+
+    @property
+    def steps(self) -> int | None:
+        """Local steps this task ran: from its final line, else its last progress line, else
+        the last local step it printed (a script of its own)."""
+        result = self.result
+        if result is not None and isinstance(result.get("local_steps"), int):
+            return result["local_steps"]
+        for record in reversed(self.progress):
+            if isinstance(record.get("local_step"), int):
+                return record["local_step"]
+        return self.printed_local_step
+
+    def close(self) -> None:
+        for stream in self._partial:
+            self.feed(stream, b"")
+        self._log.close()

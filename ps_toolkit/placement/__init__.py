@@ -1,0 +1,1 @@
+"""Where variables and computation go: ps placement strategies, the near-weights rule, and layers that apply it."""

@@ -1,0 +1,1 @@
+"""Starting, forking, watching and stopping task processes."""

@@ -1,0 +1,388 @@
+"""Starting tasks from a fork server (``process.fork_server``): handles that behave like ``subprocess.Popen``.
+
+    server = ForkServer(env)                     # starts the server; its imports run meanwhile
+    proc = server.spawn([sys.executable, "scripts/run_task.py", ...], env=env, stdout=subprocess.PIPE)
+    proc.pid, proc.poll(), proc.wait(timeout=5), proc.stdout    # as with Popen; proc.pid is the task itself
+    server.close()                               # SIGKILLs what is still running, ends the server
+
+A ``ForkedProcess`` is the task's own process (a child of the server, in its
+own session), so everything that signals a Popen's pid or process group, opens
+a pidfd on it or walks its tree with psutil works unchanged. Its exit status
+comes from the server, which reaps it.
+
+``TaskStarter`` is what launchers use: the toolkit's own task scripts
+(``forkable``) are forked from a server shared by this process; every other
+command, and every task when the server refused or could not start, is
+started with exec (``lifecycle.spawn``), with one line saying why.
+"""
+
+from __future__ import annotations
+
+import atexit
+import os
+import select
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Callable, Mapping, Sequence
+
+from ps_toolkit.base import tf_import
+from ps_toolkit.process import fork_protocol, lifecycle
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+# Commands a fork server runs: the toolkit's task entry and the legacy-script runner.
+RUN_LEGACY_SCRIPT = os.path.join(REPO, "scripts", "run_legacy.py")
+FORKABLE_SCRIPTS = (os.path.join(REPO, "scripts", "run_task.py"), RUN_LEGACY_SCRIPT)
+START_METHODS = ("fork", "exec")
+# Importing TensorFlow on a busy 2-core machine can take tens of seconds.
+READY_TIMEOUT_SECS = 120.0
+# A child's exit status follows its exit at once; this only bounds a stuck server.
+_STATUS_TIMEOUT_SECS = 10.0
+_CLOSE_TIMEOUT_SECS = 10.0
+_PUMP_SECS = 0.5
+# Variables read when TensorFlow or Python start: tasks whose values differ need their own server.
+_IMPORT_TIME_PREFIXES = ("PYTHON", "TF_", "CUDA_", "OMP_", "MKL_", "OPENBLAS_", "LD_")
+_PER_TASK = ("TF_CONFIG",)
+
+
+class ForkUnavailable(RuntimeError):
+    """The fork server refused (TensorFlow's runtime had started in it) or could not start or answer."""
+
+
+def import_key(env: Mapping[str, str]) -> tuple:
+    """The part of an environment that the server's own imports depend on."""
+    return tuple(sorted((k, v) for k, v in env.items() if k.startswith(_IMPORT_TIME_PREFIXES) and k not in _PER_TASK))
+
+
+def forkable(argv: Sequence[str], env: Mapping[str, str]) -> bool:
+    """Whether ``argv`` is ``python SCRIPT ...`` with this interpreter and one of the toolkit's task scripts.
+
+    The server imports TensorFlow with the legacy Keras unless ``env`` says otherwise
+    (tf_import), as run_task.py does; run_legacy.py always wants it, so with the
+    modern Keras chosen it is exec'd.
+    """
+    if len(argv) < 2 or os.path.realpath(argv[0]) != os.path.realpath(sys.executable):
+        return False
+    script = os.path.realpath(argv[1])
+    if script == RUN_LEGACY_SCRIPT and env.get(tf_import.LEGACY_KERAS_ENV, "1") != "1":
+        return False
+    return script in FORKABLE_SCRIPTS
+
+
+class ForkServer:
+    """One fork server process, owned by the caller: ``close()`` (or the caller's death) ends it and its tasks."""
+
+    def __init__(self, env: Mapping[str, str], preload: Sequence[str] = ()):
+        self.env = {k: v for k, v in env.items() if k not in _PER_TASK}
+        self._sock, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        # The server's own output is TensorFlow's import chatter, which each task's log
+        # has under exec; kept aside, its last line explains a server that died.
+        self._stderr = tempfile.TemporaryFile()  # noqa: SIM115 - closed in close()
+        try:
+            self._process = lifecycle.spawn(
+                [sys.executable, "-m", "ps_toolkit.process.fork_server", str(theirs.fileno()), *preload],
+                env=self.env,
+                stdout=subprocess.DEVNULL,
+                stderr=self._stderr,
+                cwd=REPO,  # puts this checkout's ps_toolkit first on the server's sys.path
+                pass_fds=(theirs.fileno(),),
+            )
+        finally:
+            theirs.close()
+        self._lock = threading.Lock()
+        self._replies: dict[int, dict] = {}
+        self._statuses: dict[int, int] = {}
+        self._next_id = 0
+        self._ready: bool | None = None
+        self.refusal: str | None = None
+
+    @property
+    def pid(self) -> int:
+        return self._process.pid
+
+    @property
+    def alive(self) -> bool:
+        return self._sock is not None and self._process.poll() is None and self.refusal is None
+
+    def wait_ready(self, timeout_secs: float = READY_TIMEOUT_SECS) -> None:
+        """Waits until the server has imported everything; ForkUnavailable when it refused or died."""
+        deadline = time.monotonic() + timeout_secs
+        while self._ready is None:
+            if time.monotonic() >= deadline:
+                self._fail(f"the fork server was not ready after {timeout_secs:g} s")
+            self._pump(deadline)
+        if not self._ready:
+            raise ForkUnavailable(self.refusal)
+
+    def spawn(
+        self,
+        argv: Sequence[str],
+        *,
+        env: Mapping[str, str],
+        stdout=None,
+        stderr=None,
+        cwd: str | None = None,
+        text: bool = False,
+    ) -> ForkedProcess:
+        """Forks a task running ``argv`` (``python SCRIPT ...`` or ``python -m MODULE ...``); see the module doc."""
+        self.wait_ready()
+        sent, to_close, readers = [], [], {}
+        try:
+            for name, target in (("stdout", stdout), ("stderr", stderr)):
+                if target is subprocess.PIPE:
+                    readers[name], fd = os.pipe()
+                    to_close.append(fd)
+                elif target is subprocess.STDOUT:
+                    fd = sent[0]
+                elif target is None:  # inherited, as exec would
+                    fd = 1 if name == "stdout" else 2
+                elif target is subprocess.DEVNULL:
+                    fd = os.open(os.devnull, os.O_WRONLY)
+                    to_close.append(fd)
+                else:
+                    fd = target if isinstance(target, int) else target.fileno()
+                sent.append(fd)
+            for kind in ("user", "net"):  # the child joins this thread's namespaces (see fork_child)
+                sent.append(os.open(f"/proc/thread-self/ns/{kind}", os.O_RDONLY))
+                to_close.append(sent[-1])
+            request = {"argv": list(argv), "env": dict(env), "cwd": cwd or os.getcwd()}
+            reply = self._request(request, sent)
+        except BaseException:
+            for fd in readers.values():
+                os.close(fd)
+            raise
+        finally:
+            for fd in to_close:
+                os.close(fd)
+        streams = {name: _open_reader(fd, text) for name, fd in readers.items()}
+        return ForkedProcess(self, reply["pid"], list(argv), streams.get("stdout"), streams.get("stderr"))
+
+    def close(self) -> None:
+        """Ends the server: its tasks still running are SIGKILLed; bounded, then the server itself is killed."""
+        if self._sock is not None:
+            self._sock.close()
+            self._sock = None
+        try:
+            self._process.wait(timeout=_CLOSE_TIMEOUT_SECS)
+        except subprocess.TimeoutExpired:
+            lifecycle.stop_trees([self._process], 0.0)
+        self._stderr.close()
+
+    # The socket.
+    def _request(self, request: dict, fds: list[int]) -> dict:
+        with self._lock:
+            self._next_id += 1
+            request_id = self._next_id
+        try:
+            socket.send_fds(self._sock, [fork_protocol.encode({"id": request_id, **request})], fds)
+        except (OSError, AttributeError) as err:
+            self._fail(f"the fork server cannot be reached: {err}")
+        deadline = time.monotonic() + _STATUS_TIMEOUT_SECS
+        while request_id not in self._replies:
+            if time.monotonic() >= deadline:
+                self._fail("the fork server did not answer a fork request")
+            self._pump(deadline)
+        reply = self._replies.pop(request_id)
+        if "refused" in reply:
+            raise ForkUnavailable(reply["refused"])
+        return reply
+
+    def _pump(self, deadline: float) -> None:
+        """Reads the server's messages that arrive until ``deadline`` (at least one, if any comes)."""
+        with self._lock:
+            if self._sock is None:
+                self._fail("the fork server is closed")
+            # Bounded per call, so that other threads' polls get the lock between messages.
+            wait = min(_PUMP_SECS, max(0.0, deadline - time.monotonic()))
+            ready, _, _ = select.select([self._sock], [], [], wait)
+            while ready:
+                try:
+                    data = self._sock.recv(fork_protocol.MAX_MESSAGE, socket.MSG_DONTWAIT)
+                except BlockingIOError:
+                    break
+                except OSError:
+                    data = b""
+                if not data:
+                    self._lost()
+                    return
+                self._store(fork_protocol.decode(data))
+
+    def _store(self, message: dict) -> None:
+        if "exit" in message:
+            self._statuses[message["exit"]] = os.waitstatus_to_exitcode(message["status"])
+        elif "id" in message:
+            self._replies[message["id"]] = message
+        elif "ready" in message:
+            self._ready = True
+        elif "refused" in message:
+            self._ready, self.refusal = False, message["refused"]
+
+    def _lost(self) -> None:
+        """The server has gone (its tasks died with it): it answers nothing more."""
+        if self._ready is None:
+            self._ready, self.refusal = False, f"the fork server ended before it was ready ({self._last_words()})"
+        self._sock.close()
+        self._sock = None
+        self._process.poll()
+
+    def _last_words(self) -> str:
+        self._stderr.seek(0)
+        lines = self._stderr.read().decode(errors="replace").strip().splitlines()
+        return lines[-1] if lines else "no output"
+
+    def _fail(self, message: str) -> None:
+        if self._ready is not False:
+            self._ready, self.refusal = False, message
+        raise ForkUnavailable(message)
+
+    # For ForkedProcess.
+    def status(self, pid: int, deadline: float) -> int | None:
+        """The task's exit code once the server has reported it; waits for the report until ``deadline``."""
+        while pid not in self._statuses:
+            if self._sock is None:
+                return None
+            try:
+                self._pump(deadline)
+            except ForkUnavailable:
+                return None
+            if pid not in self._statuses and time.monotonic() >= deadline:
+                return None
+        return self._statuses.pop(pid)
+
+
+def _open_reader(fd: int, text: bool):
+    if text:
+        return open(fd, encoding="utf-8", errors="replace")  # noqa: SIM115 - the caller closes it
+    return open(fd, "rb")  # noqa: SIM115
+
+
+class ForkedProcess:
+    """A task forked by a fork server, with the parts of ``subprocess.Popen`` that launchers use."""
+
+    def __init__(self, server: ForkServer, pid: int, args: list, stdout, stderr):
+        self._server = server
+        self.pid, self.args, self.stdout, self.stderr = pid, args, stdout, stderr
+        self.stdin = None
+        self.returncode: int | None = None
+        try:
+            self._pidfd: int | None = os.pidfd_open(pid)
+        except OSError:
+            self._pidfd = None  # already reaped by the server: its status is on the way
+
+    def poll(self) -> int | None:
+        if self.returncode is None:
+            self._settle(0.0)
+        return self.returncode
+
+    def wait(self, timeout: float | None = None) -> int:
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while self.returncode is None:
+            step = 1.0 if deadline is None else max(0.0, deadline - time.monotonic())
+            self._settle(min(step, 1.0))
+            if self.returncode is None and deadline is not None and time.monotonic() >= deadline:
+                raise subprocess.TimeoutExpired(self.args, timeout)
+        return self.returncode
+
+    def send_signal(self, sig: int) -> None:
+        if self.poll() is None:
+            os.kill(self.pid, sig)
+
+    def terminate(self) -> None:
+        self.send_signal(15)
+
+    def kill(self) -> None:
+        self.send_signal(9)
+
+    def _settle(self, wait_secs: float) -> None:
+        """Sets ``returncode`` once the task has exited; waits at most ``wait_secs`` for the exit itself."""
+        if not self._exited(wait_secs):
+            code = self._server.status(self.pid, time.monotonic())
+            if code is not None:
+                self._record(code)
+            return
+        # It has exited: the server reaps it and reports its status right away.
+        code = self._server.status(self.pid, time.monotonic() + _STATUS_TIMEOUT_SECS)
+        # No report (the server itself died, taking its tasks with it): a SIGKILL is what ended it.
+        self._record(-9 if code is None else code)
+
+    def _exited(self, wait_secs: float) -> bool:
+        if self._pidfd is None:
+            return True
+        ready, _, _ = select.select([self._pidfd], [], [], wait_secs)
+        return bool(ready)
+
+    def _record(self, code: int) -> None:
+        self.returncode = code
+        if self._pidfd is not None:
+            os.close(self._pidfd)
+            self._pidfd = None
+
+    def __del__(self):
+        if getattr(self, "_pidfd", None) is not None:
+            os.close(self._pidfd)
+
+
+class TaskStarter:
+    """Starts tasks by fork where it can, else by exec; ``note`` receives the one line a fallback prints.
+
+    Example:
+        starter = TaskStarter("fork", note=console.line)
+        proc = starter.start(plan.argv, env=plan.env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    """
+
+    def __init__(self, method: str = "fork", note: Callable[[str], None] | None = None, preload: Sequence[str] = ()):
+        if method not in START_METHODS:
+            raise ValueError(f"start method {method!r}; valid: {', '.join(START_METHODS)}")
+        self.method = method
+        self._note = note or (lambda line: print(line, file=sys.stderr))
+        self._preload = tuple(preload)
+
+    def start(self, argv: Sequence[str], *, env: Mapping[str, str], stdout, stderr, cwd: str | None = None, text=False):
+        if self.method == "fork" and forkable(argv, env):
+            server = shared_server(env, self._preload)
+            if server is not None:
+                try:
+                    return server.spawn(argv, env=env, stdout=stdout, stderr=stderr, cwd=cwd, text=text)
+                except ForkUnavailable as err:
+                    self._refused(err)
+        return lifecycle.spawn(argv, env=env, stdout=stdout, stderr=stderr, cwd=cwd, text=text)
+
+    def _refused(self, err: ForkUnavailable) -> None:
+        if str(err) not in _NOTED:
+            _NOTED.add(str(err))
+            self._note(f"fork server: {err}; starting the toolkit's tasks with exec instead")
+
+
+# This process's shared servers, one per import-time environment (see import_key),
+# and the refusals already reported (one line each).
+_SHARED: dict[tuple, ForkServer] = {}
+_SHARED_LOCK = threading.Lock()
+_NOTED: set[str] = set()
+
+
+def shared_server(env: Mapping[str, str], preload: Sequence[str] = ()) -> ForkServer | None:
+    """This process's fork server for ``env`` (started on first use); a refused one is kept, to fail fast."""
+    key = (import_key(env), tuple(preload))
+    with _SHARED_LOCK:
+        server = _SHARED.get(key)
+        if server is not None and server.refusal is None and not server.alive:
+            server.close()
+            server = None
+        if server is None:
+            server = _SHARED[key] = ForkServer(env, preload)
+    return server
+
+
+def close_shared() -> None:
+    """Ends every shared fork server of this process (at exit; tests may call it)."""
+    with _SHARED_LOCK:
+        servers = list(_SHARED.values())
+        _SHARED.clear()
+    for server in servers:
+        server.close()
+
+
+atexit.register(close_shared)

@@ -1,0 +1,176 @@
+"""Between-graph training of a model_fn, async or with SyncReplicasOptimizer, under a MonitoredSession.
+
+Chief and workers run the same loop; they differ only in the session creator
+chosen once (``LiveStateChiefSessionCreator`` vs ``FastWorkerSessionCreator``)
+and in the chief-only hooks (checkpoints, summaries, step counter). The graph
+comes from ``replica_graph.build``.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+
+import tensorflow as tf
+
+from ps_toolkit.base.errors import ConfigError
+from ps_toolkit.cluster.config import ClusterConfig
+from ps_toolkit.task import checkpoints, step_guard
+from ps_toolkit.task.sessions import FastWorkerSessionCreator, LiveStateChiefSessionCreator
+from ps_toolkit.task.watchdog import ProgressWatchdog
+from ps_toolkit.training import multi_step, replica_graph
+from ps_toolkit.training.config import TrainConfig
+from ps_toolkit.training.evaluation import write_summary
+from ps_toolkit.training.hooks import ProgressHook, StopAtLastStepHook
+from ps_toolkit.training.model_api import ModelDefinition
+from ps_toolkit.training.replica_graph import TrainGraph
+
+log = logging.getLogger(__name__)
+# Progress lines a replica prints over a whole run at least (besides one a second): the chart's points.
+PROGRESS_LINES_PER_RUN = 50
+
+
+def _session_creator(cluster, config, graph, target, session_config):
+    if cluster.is_chief:
+        return LiveStateChiefSessionCreator(
+            graph.scaffold, target, session_config, config.checkpoint_dir, config.readiness_poll_secs
+        )
+    return FastWorkerSessionCreator(graph.scaffold, target, session_config, config.readiness_poll_secs)
+
+
+def _chief_saving_hooks(config: TrainConfig, graph: TrainGraph, listeners=()) -> list:
+    if not config.checkpoint_dir:
+        return []
+    steps = None if config.save_checkpoint_secs else config.save_checkpoint_steps
+    saver_hook = tf.compat.v1.train.CheckpointSaverHook(
+        config.checkpoint_dir,
+        save_steps=steps,
+        save_secs=config.save_checkpoint_secs,
+        scaffold=graph.scaffold,
+        listeners=list(listeners),
+    )
+    # TF's hook assumes a million steps per session.run unless told otherwise, so
+    # it reads the global step again after EVERY run: one more round trip to the ps
+    # per step, 36% of the sync chief's busy time in a py-spy profile. With the
+    # true count it reads only when a save may be due (a save is at most one run late).
+    saver_hook._set_steps_per_run(config.steps_per_run)
+    return [
+        saver_hook,
+        tf.compat.v1.train.SummarySaverHook(
+            save_steps=config.save_summaries_steps, output_dir=config.checkpoint_dir, scaffold=graph.scaffold
+        ),
+        tf.compat.v1.train.StepCounterHook(every_n_steps=config.save_summaries_steps, output_dir=config.checkpoint_dir),
+    ]
+
+
+def _step_dependency(cluster: ClusterConfig, config: TrainConfig) -> str:
+    """What a training step waits for, for the watchdog's message."""
+    if config.sync_replicas:
+        return (
+            f"gradients from {config.aggregate_count(cluster)} of {cluster.num_replicas} replicas "
+            "for each sync step (a replica may be dead or stalled)"
+        )
+    return "global-step updates through the ps tasks"
+
+
+def _steps_feed(graph: TrainGraph, config: TrainConfig, cluster: ClusterConfig, progress: ProgressHook):
+    """How many steps the next run takes: fewer near the end, so the replicas stop near train_steps."""
+    if graph.multi_step is None or config.sync_replicas:
+        # A sync loop stops by itself at the last step: every replica takes every step.
+        return None
+    count = multi_step.steps_for_next_run(
+        progress.last_global_step or 0, config.train_steps, cluster.num_replicas, config.steps_per_run
+    )
+    return {graph.multi_step.num_steps: count}
+
+
+def train(
+    cluster: ClusterConfig,
+    target: str,
+    config: TrainConfig,
+    definition: ModelDefinition,
+    session_config=None,
+    on_progress=None,
+) -> dict:
+    """Trains this replica until the global step reaches ``config.train_steps``.
+
+    Returns the task's result record: job, task, global_step, local_steps,
+    first_loss, final_loss, eval (every metric of the final evaluation, when
+    the model has an eval_input_fn), test_accuracy (its ``accuracy``), seconds.
+    """
+    config.validate(cluster)
+    started = time.monotonic()
+    with tf.Graph().as_default():
+        graph = replica_graph.build(cluster, config, definition)
+        if cluster.is_chief and config.checkpoint_dir:  # a checkpoint of another model: exit 2 now, said in one line
+            checkpoints.check_model_matches_checkpoint(config.checkpoint_dir, tf.compat.v1.global_variables())
+        progress = ProgressHook(
+            loss=graph.loss,
+            global_step=graph.global_step,
+            job=cluster.task_type,
+            task=cluster.task_index,
+            every_secs=config.progress_every_secs,
+            every_global_steps=max(1, config.train_steps // PROGRESS_LINES_PER_RUN),
+            steps_in_run=graph.multi_step.steps_done if graph.multi_step else None,
+            step_after_run=graph.multi_step.global_step if graph.multi_step else None,
+        )
+        if on_progress is not None:
+            progress.add_listener(on_progress)
+        hooks = [
+            *graph.hooks,
+            tf.compat.v1.train.StopAtStepHook(last_step=config.train_steps),
+            *([StopAtLastStepHook(graph.multi_step.global_step, config.train_steps)] if graph.multi_step else []),
+            tf.compat.v1.train.NanTensorHook(graph.loss),
+            progress,
+            *([graph.evaluation] if graph.evaluation else []),
+        ]
+        if cluster.is_chief:
+            guard = step_guard.chief_hook(cluster, config, graph)
+            hooks = [guard, *_chief_saving_hooks(config, graph, listeners=[guard.saver_listener()]), *hooks]
+        _run_session(cluster, target, config, graph, hooks, progress, session_config)
+        if progress.local_steps:
+            progress.emit()
+        metrics = graph.evaluation.metrics if graph.evaluation else None
+        if cluster.is_chief and metrics and config.checkpoint_dir:
+            _write_eval_summary(config.checkpoint_dir, progress.last_global_step, metrics)
+    return {
+        "job": cluster.task_type,
+        "task": cluster.task_index,
+        "global_step": progress.last_global_step,
+        "local_steps": progress.local_steps,
+        "first_loss": progress.first_loss,
+        "final_loss": progress.last_loss,
+        "eval": metrics,
+        "test_accuracy": (metrics or {}).get("accuracy"),
+        "seconds": round(time.monotonic() - started, 3),
+    }
+
+
+def _run_session(cluster, target, config, graph: TrainGraph, hooks, progress, session_config) -> None:
+    """The MonitoredSession loop, under the watchdog, until a hook asks to stop."""
+    creator = _session_creator(cluster, config, graph, target, session_config)
+    waiting_for = "the chief to initialize or restore the model" if not cluster.is_chief else "the ps tasks"
+    with ProgressWatchdog(cluster, timeout_secs=config.watchdog_secs, waiting_for=waiting_for) as watchdog:
+        progress.add_listener(watchdog.beat)
+        if cluster.is_chief and config.checkpoint_dir:
+            checkpoints.check_ps_share_checkpoint_dir(cluster, target, config.checkpoint_dir, session_config)
+        try:
+            with tf.compat.v1.train.MonitoredSession(
+                session_creator=creator, hooks=hooks, stop_grace_period_secs=config.stop_grace_secs
+            ) as session:
+                watchdog.expect(_step_dependency(cluster, config))
+                while not session.should_stop():
+                    session.run(graph.train_op, feed_dict=_steps_feed(graph, config, cluster, progress))
+        except tf.compat.v1.train.NanLossDuringTrainingError:
+            rate = f" (was {graph.learning_rate})" if graph.learning_rate is not None else ""
+            raise ConfigError(
+                f"loss became NaN near global step {progress.last_global_step}; lower --learning_rate{rate}"
+            ) from None
+
+
+def _write_eval_summary(checkpoint_dir: str, step: int, metrics: dict) -> None:
+    """The final evaluation's metrics as summaries in ``<checkpoint_dir>/eval``, where the evaluator writes."""
+    writer = tf.compat.v1.summary.FileWriter(os.path.join(checkpoint_dir, "eval"))
+    write_summary(writer, step, metrics)
+    writer.close()

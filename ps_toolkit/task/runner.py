@@ -1,0 +1,113 @@
+"""Runs one task end to end: start its server, then serve (ps), train (chief, worker) or evaluate (evaluator)."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import logging
+import os
+import sys
+import time
+from collections.abc import Callable
+
+from ps_toolkit.base import paths
+from ps_toolkit.cluster.config import EVALUATOR, PS, ClusterConfig
+from ps_toolkit.task import server as server_lib
+from ps_toolkit.training.config import TrainConfig
+from ps_toolkit.training.hooks import print_result
+from ps_toolkit.training.model_api import ModelDefinition
+
+log = logging.getLogger(__name__)
+
+
+def run_task(
+    cluster: ClusterConfig,
+    config: TrainConfig,
+    load_definition: Callable[[], ModelDefinition],
+    *,
+    ps_orphan_timeout_secs: float,
+) -> dict:
+    """Runs this task's role to its end and prints its result line; returns the result.
+
+    ``load_definition`` is called only by the tasks that build the model, and
+    before their server starts: a missing module, data set or a model_fn that
+    returns no loss is reported before anyone waits for this task.
+    """
+    if cluster.task_type == PS:
+        result = _serve(cluster, ps_orphan_timeout_secs)
+    else:
+        definition = load_definition()
+        from ps_toolkit.placement import strategies
+        from ps_toolkit.training import model_check
+
+        model_check.check_definition(definition, cluster, config)
+        partitioner = strategies.variable_partitioner(cluster) if config.partition_variables else None
+        if cluster.task_type == EVALUATOR:
+            from ps_toolkit.training import evaluation
+
+            result = evaluation.evaluate_checkpoints(cluster, config, definition, partitioner)
+        else:
+            result = _train(cluster, config, definition, partitioner)
+    print_result(result)
+    return result
+
+
+def _serve(cluster: ClusterConfig, ps_orphan_timeout_secs: float) -> dict:
+    started = time.monotonic()
+    server = server_lib.start_server(cluster)
+    finished = server_lib.serve_until_done(cluster, server, orphan_timeout_secs=ps_orphan_timeout_secs)
+    return {
+        "job": cluster.task_type,
+        "task": cluster.task_index,
+        "replicas_done": len(finished),
+        "seconds": round(time.monotonic() - started, 3),
+    }
+
+
+def _train(cluster: ClusterConfig, config: TrainConfig, definition: ModelDefinition, partitioner) -> dict:
+    from ps_toolkit.task import checkpoints, monitored_training
+
+    if cluster.is_chief:
+        checkpoints.prepare_checkpoint_dir(config.checkpoint_dir)
+    session_config = server_lib.session_config(cluster)
+    server = server_lib.start_server(cluster, session_config)
+    if cluster.is_chief:
+        write_run_record(config.checkpoint_dir, cluster, config, definition)
+    result = monitored_training.train(cluster, server.target, config, definition, session_config)
+    # Close the chief's summary writers now: nothing must depend on interpreter exit.
+    tf_summary_writers_flush()
+    server_lib.signal_done(cluster, server.target)
+    if cluster.is_chief and config.export_dir:
+        from ps_toolkit.training import export, input_pipeline
+
+        context = input_pipeline.input_context(cluster, config)
+        result["export_dir"] = export.export_saved_model(
+            definition, context, config.checkpoint_dir, config.export_dir, partitioner
+        )
+    return result
+
+
+def tf_summary_writers_flush() -> None:
+    import tensorflow as tf
+
+    tf.compat.v1.summary.FileWriterCache.clear()
+
+
+def write_run_record(checkpoint_dir: str, cluster: ClusterConfig, config: TrainConfig, definition) -> None:
+    """The chief records the effective flags beside its checkpoints (flags.json)."""
+    os.makedirs(checkpoint_dir, exist_ok=True)
+    record = {
+        "cluster": {job: list(hosts) for job, hosts in cluster.jobs.items()},
+        "cluster_source": cluster.source,
+        "train_config": dataclasses.asdict(config),
+        "model": definition.name,
+        "params": _jsonable(definition.params),
+        "effective_learning_rate": config.learning_rate_for(definition.default_learning_rates),
+        "argv": sys.argv,
+    }
+    # Not through a symbolic link someone planted in the folder (paths.write_file_nofollow).
+    paths.write_file_nofollow(os.path.join(checkpoint_dir, "flags.json"), json.dumps(record, indent=2, sort_keys=True))
+
+
+def _jsonable(params) -> dict:
+    return json.loads(json.dumps(dict(params), default=repr))

@@ -1,0 +1,175 @@
+"""A progress watchdog: a task that stops making progress ends, says why, and exits retryably.
+
+TensorFlow itself waits forever in several places: creating a session against
+an unreachable ps ("CreateSession still waiting"), a sync step short of
+replicas, a ps that never answers. The watchdog bounds them all: if the
+global step has not advanced for ``timeout_secs`` it logs what the task was
+waiting for, probes the peers it needs, and exits with EXIT_RETRYABLE, so a
+restart policy (the launcher's, Kubeflow's, Slurm's) can try again.
+
+Long before that, the task says itself what it waits for: once it has made
+no progress for ``FIRST_REPORT_SECS`` it probes the peers it needs (every ps;
+the chief, for the other replicas) and, while one is unreachable, logs one
+line every ``REPORT_EVERY_SECS``: how long it has made no progress, and each
+unreachable peer with its address. Before its first step with every peer
+answering, it says what it waits for (the chief to initialize the model,
+...) from ``REPORT_EVERY_SECS`` on: a start of a few seconds is normal.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import sys
+import threading
+import time
+
+from ps_toolkit.base.errors import EXIT_RETRYABLE
+from ps_toolkit.cluster.config import PS, ClusterConfig
+from ps_toolkit.cluster.preflight import reachable
+
+log = logging.getLogger(__name__)
+FIRST_REPORT_SECS = 3.0
+REPORT_EVERY_SECS = 10.0
+
+# A poll this much later than asked means the process was stopped or suspended, not waiting.
+_STOPPED_SECS = 2.0
+
+
+class ProgressWatchdog:
+    """Ends the process unless ``beat()`` reports a new global step often enough.
+
+    Example:
+        with ProgressWatchdog(cluster, timeout_secs=120, waiting_for="a ready model") as dog:
+            ...  # session creation
+            dog.expect("global-step progress")
+            dog.beat(step)  # from a hook, after every step
+    """
+
+    def __init__(
+        self,
+        cluster: ClusterConfig,
+        *,
+        timeout_secs: float,
+        waiting_for: str,
+        exit_fn=None,
+        report_fn=None,
+        first_report_secs: float = FIRST_REPORT_SECS,
+        report_every_secs: float = REPORT_EVERY_SECS,
+        probe=reachable,
+    ):
+        self._cluster = cluster
+        self._timeout = timeout_secs
+        self._waiting_for = waiting_for
+        self._exit = exit_fn or _exit_retryable
+        self._report = report_fn or _report_waiting
+        self._first_report = first_report_secs
+        self._report_every = report_every_secs
+        self._probe = probe
+        self._next_report = None  # idle time at which the next waiting report is due
+        self._last_step = None
+        self._last_change = time.monotonic()
+        self._lock = threading.Lock()
+        self._stopped = threading.Event()
+        self._thread = threading.Thread(target=self._watch, name="progress-watchdog", daemon=True)
+
+    def expect(self, waiting_for: str) -> None:
+        """Names what the task waits for next; restarts the clock."""
+        with self._lock:
+            self._waiting_for = waiting_for
+            self._last_change = time.monotonic()
+
+    def beat(self, global_step: int) -> None:
+        with self._lock:
+            if global_step != self._last_step:
+                self._last_step = global_step
+                self._last_change = time.monotonic()
+                self._next_report = None
+
+    def __enter__(self) -> ProgressWatchdog:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc_info) -> None:
+        self._stopped.set()
+
+    def _watch(self) -> None:
+        watching = bool(self._timeout and self._timeout > 0)
+        interval = min(1.0, self._timeout / 4) if watching else 1.0
+        last_poll = time.monotonic()
+        while not self._stopped.wait(timeout=interval):
+            now = time.monotonic()
+            # CLOCK_MONOTONIC runs on while the process is stopped (SIGSTOP), and no
+            # clock excludes exactly that time. But this wait then overshoots by the
+            # stopped time: a wake that late means the process did not run, and that
+            # time is not counted against the peers (nor is a suspended machine's).
+            overshoot = now - last_poll - interval
+            last_poll = now
+            with self._lock:
+                if overshoot > _STOPPED_SECS:
+                    self._last_change += overshoot
+                idle = now - self._last_change
+                waiting_for, step = self._waiting_for, self._last_step
+                due = self._next_report if self._next_report is not None else self._first_report
+            if watching and idle > self._timeout:
+                self._exit(self._message(idle, waiting_for, step))
+                return
+            if idle >= due:
+                report = self.waiting_report(idle, step)
+                with self._lock:
+                    # Probed again a second later when there was nothing to say yet.
+                    self._next_report = idle + (self._report_every if report else interval)
+                if report:
+                    self._report(report)
+
+    def peers(self) -> list[tuple[str, str]]:
+        """(device, address) of the tasks this one cannot train without: every ps, and the chief."""
+        needed = [(f"/job:{PS}/task:{i}", a) for i, a in enumerate(self._cluster.jobs.get(PS, ()))]
+        if not self._cluster.is_chief:
+            job, index = self._cluster.chief_task
+            needed.append((f"the chief /job:{job}/task:{index}", self._cluster.jobs[job][index]))
+        return needed
+
+    def waiting_report(self, idle: float, step) -> str | None:
+        """One line naming the unreachable peers and their addresses, or, before the first step and
+        after a report interval, what the task waits for; None when there is nothing to say."""
+        down = [f"{device} at {address}" for device, address in self.peers() if not self._probe(address)]
+        limit = (
+            f"; the watchdog ends this task after {self._timeout:.0f}s without progress"
+            if self._timeout and self._timeout > 0
+            else ""
+        )
+        at = f" at global step {step}" if step is not None else ""
+        if down:
+            return (
+                f"{self._cluster.device}: no progress for {idle:.0f}s{at}: cannot reach {', '.join(down)} "
+                f"(TensorFlow keeps retrying){limit}"
+            )
+        # With every peer up, a slow start is normal for a while: said only after a report interval.
+        if step is None and idle >= self._report_every:
+            return f"{self._cluster.device}: no progress for {idle:.0f}s, waiting for {self._waiting_for}{limit}"
+        return None
+
+    def _message(self, idle: float, waiting_for: str, step) -> str:
+        at = f" at global step {step}" if step is not None else ""
+        unreachable = [
+            f"/job:{PS}/task:{i} ({a})" for i, a in enumerate(self._cluster.jobs.get(PS, ())) if not self._probe(a)
+        ]
+        peers = f"; unreachable: {', '.join(unreachable)}" if unreachable else "; every ps answers"
+        return (
+            f"{self._cluster.device}: no progress for {idle:.0f}s{at} while waiting for {waiting_for}{peers}. "
+            f"Exiting with status {EXIT_RETRYABLE} (retryable)."
+        )
+
+
+def _report_waiting(message: str) -> None:
+    log.warning("%s", message)
+
+
+def _exit_retryable(message: str) -> None:
+    """Exits from the watchdog thread: the main thread is stuck inside TensorFlow."""
+    log.error("%s", message)
+    sys.stderr.write(f"watchdog: {message}\n")
+    sys.stderr.flush()
+    sys.stdout.flush()
+    os._exit(EXIT_RETRYABLE)

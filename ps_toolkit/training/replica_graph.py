@@ -1,0 +1,212 @@
+"""One replica's training graph from a model_fn and an input_fn: input, model, optimizer step, hooks.
+
+The model_fn is called under variable scope ``MODEL_SCOPE``, inside the
+device function (variables on the ps tasks, partitioners honoured):
+
+1. once in TRAIN mode on a batch, to create the variables (and to learn which
+   get sparse gradients). A spec with its own ``train_op`` is trained as it
+   is, from this call: the toolkit builds no step for it.
+2. For a spec with only a loss, again where the step needs it, reusing the
+   variables: inside the in-graph loop's body (each iteration takes a batch of
+   its own and builds nothing new), and with the packed-transfer custom
+   getter, which hands the model its small parameters pulled as one tensor
+   per ps. Large variables (embedding tables above all) are never pulled
+   whole: the model reads them in place, so a lookup moves only its rows and
+   the gradient goes back as IndexedSlices.
+
+The training hooks and summaries of the model are those of the first call;
+the second call's update ops (batch norm's moving averages) run with each step.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+
+import tensorflow as tf
+
+from ps_toolkit.base.errors import ConfigError
+from ps_toolkit.cluster.config import ClusterConfig
+from ps_toolkit.placement import near_weights, strategies
+from ps_toolkit.training import multi_step, optimizers, packed_transfer, sync_multi_step
+from ps_toolkit.training.config import TrainConfig
+from ps_toolkit.training.evaluation import FinalEvaluationHook, final_evaluation_hook
+from ps_toolkit.training.hooks import SyncReleaseHook, SyncReplicasHook
+from ps_toolkit.training.input_pipeline import train_batches
+from ps_toolkit.training.model_api import ModeKeys, ModelDefinition
+from ps_toolkit.training.model_calls import call_model_fn
+from ps_toolkit.training.sync_replicas import PerReplicaSyncOptimizer
+
+log = logging.getLogger(__name__)
+
+
+@dataclasses.dataclass
+class TrainGraph:
+    """The tensors and hooks one replica's training graph provides."""
+
+    global_step: tf.Tensor
+    train_op: tf.Operation
+    loss: tf.Tensor
+    hooks: list
+    evaluation: FinalEvaluationHook | None
+    scaffold: tf.compat.v1.train.Scaffold
+    multi_step: multi_step.MultiStep | None = None  # when the toolkit runs several steps per session.run
+    learning_rate: float | None = None  # None: the model_fn's own train_op
+
+
+def build(cluster: ClusterConfig, config: TrainConfig, definition: ModelDefinition) -> TrainGraph:
+    """Builds this replica's training graph in the default graph."""
+    device_fn = strategies.device_setter(cluster, config.placement, seed=config.seed)
+    partitioner = strategies.variable_partitioner(cluster) if config.partition_variables else None
+    runs_near = near_weights.near_rule(
+        config.compute_near_weights,
+        config.batch_size,
+        worker_has_gpu=bool(tf.config.list_physical_devices("GPU")),
+        partitioned=partitioner is not None,
+        # A layer's matrix lives on one ps, which would do every replica's arithmetic for it.
+        num_replicas=cluster.num_replicas,
+    )
+    with tf.compat.v1.device(device_fn):
+        global_step = tf.compat.v1.train.get_or_create_global_step()
+    next_batch, input_hook = train_batches(cluster, config, definition)
+    hooks = [input_hook]
+    with tf.compat.v1.device(device_fn), near_weights.rule_in_effect(runs_near):
+        first = call_model_fn(definition, *next_batch(), ModeKeys.TRAIN, partitioner=partitioner)
+        hooks += first.training_hooks
+        if first.train_op is not None:
+            _log_levers_not_applied(config)
+            train_op, loss, multi_step, learning_rate = first.train_op, first.loss, None, None
+        else:
+            learning_rate = config.learning_rate_for(definition.default_learning_rates)
+            optimizer = optimizers.make(config.optimizer, learning_rate)
+            trained, sparse = _trained_variables(definition, optimizer, first.loss, config)
+
+            def loss_fn(custom_getter=None):
+                # The batch is taken here, where the loss is built: inside the in-graph
+                # loop's body, so that every step of a run trains on a batch of its own.
+                spec = call_model_fn(
+                    definition,
+                    *next_batch(),
+                    ModeKeys.TRAIN,
+                    partitioner=partitioner,
+                    reuse=True,
+                    custom_getter=custom_getter,
+                    inner=True,
+                )
+                return spec.loss
+
+            step = _StepBuilder(cluster, config, global_step, optimizer, loss_fn, trained, sparse, hooks)
+            train_op, loss, multi_step = step.build()
+        tf.compat.v1.summary.scalar("loss", loss)
+    evaluation = None
+    if definition.eval_input_fn is not None:
+        with tf.compat.v1.device(cluster.device):
+            evaluation = final_evaluation_hook(definition, partitioner)
+    if cluster.is_chief:
+        strategies.log_placement_report(strategies.placement_report(num_ps=cluster.num_ps), log)
+    scaffold = tf.compat.v1.train.Scaffold(saver=tf.compat.v1.train.Saver(max_to_keep=5, sharded=True))
+    return TrainGraph(global_step, train_op, loss, hooks, evaluation, scaffold, multi_step, learning_rate)
+
+
+def _log_levers_not_applied(config: TrainConfig) -> None:
+    levers = ["--optimizer", "--learning_rate", "--steps_per_run (one step per run)", "packed transfers"]
+    if config.sync_replicas:
+        levers.append("--sync_replicas (per-replica sync tokens; the model_fn's own optimizer decides)")
+    log.warning("the model_fn returns its own train_op, which runs as it is; not applied: %s", ", ".join(levers))
+
+
+def _trained_variables(definition: ModelDefinition, optimizer, loss, config: TrainConfig) -> tuple[list, frozenset]:
+    """The trainable variables the loss has a gradient for, and the names of those whose gradient is sparse.
+
+    A sparse gradient stays sparse when its variable moves unpacked (large
+    variables, or packing off): the sync aggregation then keeps a sparse
+    accumulator for it.
+    """
+    pairs = optimizer.compute_gradients(loss, var_list=tf.compat.v1.trainable_variables())
+    trained = [var for grad, var in pairs if grad is not None]
+    if not trained:
+        raise ConfigError(f"the loss of {definition.name} depends on no trainable variable: nothing to train")
+    sparse = frozenset(
+        var.name
+        for grad, var in pairs
+        if isinstance(grad, tf.IndexedSlices) and not (config.packed_transfers and packed_transfer.packs(var))
+    )
+    if config.steps_per_run > 1 and not config.sync_replicas:
+        # Slots (Adagrad's accumulators, Adam's moments) cannot be created inside the
+        # loop's body; this unrun update creates them here, beside their variables.
+        optimizer.apply_gradients([(grad, var) for grad, var in pairs if grad is not None])
+    return trained, sparse
+
+
+class _StepBuilder:
+    """The optimizer step for a loss: one or several per session.run, async or sync."""
+
+    def __init__(self, cluster, config, global_step, optimizer, loss_fn, variables, sparse_names, hooks):
+        self._cluster, self._config = cluster, config
+        self._global_step, self._optimizer = global_step, optimizer
+        self._loss_fn, self._variables, self._sparse_names = loss_fn, variables, sparse_names
+        self._hooks = hooks
+
+    def build(self) -> tuple:
+        """(train op, loss, MultiStep or None); adds the sync hooks when sync."""
+        config = self._config
+        if config.steps_per_run > 1 and config.sync_replicas:
+            run = self._sync_multi_step()
+        elif config.steps_per_run > 1:
+            step = multi_step.apply_step_fn(self._optimizer, self._global_step, self._loss_and_gradients)
+            run = multi_step.multi_step(step, config.steps_per_run, tf1_loop=bool(self._sparse_names))
+        else:
+            train_op, loss = self._single_step()
+            return train_op, loss, None
+        return run.global_step.op, run.loss, run
+
+    def _loss_and_gradients(self) -> tuple:
+        """The training loss and its (gradient, variable) pairs, moved packed unless every layer runs on the ps."""
+        if self._config.packed_transfers:
+            return packed_transfer.loss_and_gradients(self._loss_fn, self._variables)
+        loss = self._loss_fn()
+        # A layer run beside its weights keeps its backward pass there too.
+        colocate = self._config.compute_near_weights != "none"
+        pairs = self._optimizer.compute_gradients(loss, self._variables, colocate_gradients_with_ops=colocate)
+        return loss, [(grad, var) for grad, var in pairs if grad is not None]
+
+    def _single_step(self) -> tuple:
+        loss, grads_and_vars = self._loss_and_gradients()
+        if not self._config.sync_replicas:
+            return self._optimizer.apply_gradients(grads_and_vars, global_step=self._global_step), loss
+        sync_optimizer = self._sync_optimizer()
+        train_op = sync_optimizer.apply_gradients(grads_and_vars, global_step=self._global_step)
+        self._add_sync_hooks(sync_optimizer)
+        return train_op, loss
+
+    def _sync_multi_step(self) -> multi_step.MultiStep:
+        sync_optimizer = self._sync_optimizer()
+        run = sync_multi_step.multi_step(
+            sync_optimizer,
+            self._global_step,
+            self._variables,
+            self._loss_and_gradients,
+            steps_per_run=self._config.steps_per_run,
+            last_step=self._config.train_steps,
+            sparse_names=self._sparse_names,
+        )
+        self._add_sync_hooks(sync_optimizer)
+        return run
+
+    def _sync_optimizer(self) -> PerReplicaSyncOptimizer:
+        return PerReplicaSyncOptimizer(
+            self._optimizer,
+            replicas_to_aggregate=self._config.aggregate_count(self._cluster),
+            total_num_replicas=self._cluster.num_replicas,
+            replica_index=self._cluster.replica_index,
+            last_step=self._config.train_steps,
+        )
+
+    def _add_sync_hooks(self, sync_optimizer) -> None:
+        # Every replica needs the hook: it runs the local-step init and,
+        # on the chief, the token init and the aggregating queue runner.
+        self._hooks.append(SyncReplicasHook(sync_optimizer, self._cluster.is_chief))
+        # Its end() runs before the final evaluation's (train() puts graph.hooks first),
+        # so no replica waits for a token while the chief evaluates. Two tokens per
+        # replica: a sync loop stops at the last step, so a replica waits for one at most.
+        self._hooks.append(SyncReleaseHook(sync_optimizer.release_op(tokens_per_replica=2)))
