@@ -11,8 +11,21 @@ setup(
     long_description=pathlib.Path(__file__).with_name("README.md").read_text(encoding="utf-8"),
     long_description_content_type="text/markdown",
     python_requires=">=3.10",
-    packages=find_packages(include=["ps_toolkit", "ps_toolkit.*"]),
+    # The compat layer is the repository's compat/ folder, installed under a name no other
+    # distribution's top-level package can take.
+    packages=[*find_packages(include=["ps_toolkit", "ps_toolkit.*"]), "ps_toolkit_compat"],
+    package_dir={"ps_toolkit_compat": "compat"},
     package_data={"ps_toolkit.models": ["embedded_digits/*.gz"]},
+    entry_points={
+        "console_scripts": [
+            "ps-run-task = ps_toolkit.tools.run_task:main",
+            "ps-launch-local = ps_toolkit.tools.launch_local:main",
+            "ps-run-legacy = ps_toolkit.tools.run_legacy:main",
+            "ps-benchmark = ps_toolkit.tools.benchmark:main",
+            "ps-make-slurm-job = ps_toolkit.tools.make_slurm_job:main",
+            "ps-make-tfjob = ps_toolkit.tools.make_tfjob:main",
+        ]
+    },
     install_requires=[
         "tensorflow>=2.16",
         # The maintained legacy Keras: restores tf.compat.v1.layers for old scripts.

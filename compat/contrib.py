@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import types
 
-from compat.removed import RemovedSymbolError
 from ps_toolkit.placement import strategies
+from ps_toolkit_compat.removed import RemovedSymbolError
 
 
 class _Namespace(types.ModuleType):

@@ -30,7 +30,7 @@ import logging
 import os
 import types
 
-from compat import estimator_support
+from ps_toolkit_compat import estimator_support
 
 estimator_support.load()  # the package imports only once TensorFlow's dropped internals are supplied
 
@@ -38,17 +38,17 @@ from tensorflow.python.training import sync_replicas_optimizer  # noqa: E402
 from tensorflow_estimator.python.estimator import estimator as estimator_lib  # noqa: E402
 from tensorflow_estimator.python.estimator import training as training_lib  # noqa: E402
 
-from compat import estimator_inputs, supervision, task_context  # noqa: E402
-from compat.evaluator_watch import (  # noqa: E402
+from ps_toolkit.cluster.config import CHIEF, ClusterConfig  # noqa: E402
+from ps_toolkit.cluster.preflight import check_host_resolves, check_port_free  # noqa: E402
+from ps_toolkit.task.server import serve_until_done, signal_done  # noqa: E402
+from ps_toolkit_compat import estimator_inputs, supervision, task_context  # noqa: E402
+from ps_toolkit_compat.evaluator_watch import (  # noqa: E402
     CheckpointWatch,
     EvaluatorClock,
     mark_training_finished,
     mark_training_started,
     orphan_secs_from_env,
 )
-from ps_toolkit.cluster.config import CHIEF, ClusterConfig  # noqa: E402
-from ps_toolkit.cluster.preflight import check_host_resolves, check_port_free  # noqa: E402
-from ps_toolkit.task.server import serve_until_done, signal_done  # noqa: E402
 
 log = logging.getLogger(__name__)
 

@@ -1,6 +1,6 @@
 """Loads the real ``tensorflow-estimator`` (2.15, its last release) on today's TensorFlow.
 
-    from compat import estimator_support
+    from ps_toolkit_compat import estimator_support
     api = estimator_support.load()      # api.v1: tf.estimator of TF 1.x / tf.compat.v1; api.v2: TF 2.x's
 
 The package is pure Python; what stops it on TF 2.16+ is a handful of TF

@@ -1,6 +1,6 @@
 """Builds the legacy ``tensorflow`` module (tf.compat.v1, TF 1.x names restored) and installs it in sys.modules.
 
-    from compat import legacy_tf
+    from ps_toolkit_compat import legacy_tf
     legacy_tf.install()          # before the old script's ``import tensorflow as tf``
 
 After ``install()``, ``import tensorflow as tf`` gives ``tf.compat.v1`` with
@@ -22,9 +22,9 @@ import types
 
 import tensorflow as _real_tf
 
-from compat import contrib, estimator_support, mnist_input_data, supervision, task_context
-from compat.removed import RemovedModuleError, RemovedSymbolError
 from ps_toolkit.training.hooks import quiet_cancelled_queue_runners
+from ps_toolkit_compat import contrib, estimator_support, mnist_input_data, supervision, task_context
+from ps_toolkit_compat.removed import RemovedModuleError, RemovedSymbolError
 
 _v1 = _real_tf.compat.v1
 # Packages that only exist in the legacy surface: importing a module below them that
@@ -134,7 +134,7 @@ def install() -> LegacyModule:
     # Before ``tensorflow`` is replaced: the estimator's modules import the real one.
     estimator_api = estimator_support.load_or_explain()
     if isinstance(estimator_api, estimator_support.EstimatorApi):
-        from compat import estimator_roles  # imports the package, so only after load()
+        from ps_toolkit_compat import estimator_roles  # imports the package, so only after load()
 
         estimator_roles.install()
         # ``import tensorflow.compat.v1 as tf`` scripts (TF 2.0-2.15) find tf.estimator there too.

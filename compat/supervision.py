@@ -22,9 +22,9 @@ import logging
 
 import tensorflow as tf
 
-from compat.task_context import filled_config
 from ps_toolkit.task.sessions import FastWorkerSessionCreator
 from ps_toolkit.training.hooks import SyncReleaseHook, release_tokens_op
+from ps_toolkit_compat.task_context import filled_config
 
 _v1 = tf.compat.v1
 log = logging.getLogger(__name__)

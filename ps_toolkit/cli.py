@@ -11,8 +11,9 @@ import contextlib
 import dataclasses
 import os
 import sys
+from collections.abc import Callable
 
-from absl import flags
+from absl import app, flags
 
 from ps_toolkit.base.errors import EXIT_CONFIG, ConfigError, ToolkitError
 from ps_toolkit.cluster import config as cluster_lib
@@ -239,9 +240,25 @@ def user_errors():
         fail(str(err), err.exit_code)
 
 
-def parse_flags_or_exit(argv: list[str]) -> list[str]:
+def run_tool(main: Callable[[list[str]], None], module_name: str) -> None:
+    """Runs a tool module's absl ``main`` as the program, whichever way it was started.
+
+    The same ``--help`` (the module's docstring and its own flags) for ``ps-<tool>``,
+    ``python -m ps_toolkit.tools.<tool>`` and ``python scripts/<tool>.py``: absl lists the
+    key flags of ``sys.argv[0]``, so the module's key flags are registered under that name too.
+    """
+    module = sys.modules[module_name]
+    if module_name != "__main__":
+        for flag in FLAGS.get_key_flags_for_module(module_name):
+            FLAGS.register_key_flag_for_module(sys.argv[0], flag)
+    app.run(main, flags_parser=lambda argv: parse_flags_or_exit(argv, module.__doc__ or ""))
+
+
+def parse_flags_or_exit(argv: list[str], usage: str | None = None) -> list[str]:
     """absl's flags_parser: a bad flag is one line and exit 2, not absl's usage dump."""
-    print_help_and_exit_if_asked(argv, sys.modules["__main__"].__doc__ or "")
+    if usage is None:
+        usage = sys.modules["__main__"].__doc__ or ""
+    print_help_and_exit_if_asked(argv, usage)
     try:
         return FLAGS(argv)
     except flags.Error as err:

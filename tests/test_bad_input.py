@@ -52,7 +52,7 @@ CASES = {
         "needs --sync_replicas",
     ),
     "zero train steps": (OK_HOSTS + ["--job_name=worker", "--train_steps=0"], {}, "--train_steps=0"),
-    # Used to be taken silently as "the default": 0 is a value, and a wrong one.
+    # 0 is a value, and a wrong one, not "the default".
     "zero steps per run": (OK_HOSTS + ["--job_name=worker", "--steps_per_run=0"], {}, "--steps_per_run=0"),
     "negative learning rate": (OK_HOSTS + ["--job_name=worker", "--learning_rate=-1"], {}, "--learning_rate=-1"),
     "unknown model": (OK_HOSTS + ["--job_name=worker", "--model=resnet"], {}, "resnet"),

@@ -10,8 +10,8 @@ import pytest
 from fixtures_legacy.launch import RUN_LEGACY
 from fixtures_legacy.mnist_idx import write_digits_idx
 
-from compat import removed
 from ps_toolkit.base.errors import ConfigError
+from ps_toolkit_compat import removed
 
 FIXTURES = os.path.join(os.path.dirname(os.path.abspath(__file__)), "fixtures_legacy")
 
@@ -42,7 +42,7 @@ def digits_dir(tmp_path_factory):
 
 
 def test_read_data_sets_splits_like_tf1(digits_dir):
-    from compat.mnist_input_data import read_data_sets
+    from ps_toolkit_compat.mnist_input_data import read_data_sets
 
     mnist = read_data_sets(digits_dir, one_hot=True)
     assert (mnist.train.num_examples, mnist.validation.num_examples, mnist.test.num_examples) == (2485, 5000, 300)
@@ -54,7 +54,7 @@ def test_read_data_sets_splits_like_tf1(digits_dir):
 
 
 def test_next_batch_covers_an_epoch_then_wraps(digits_dir):
-    from compat.mnist_input_data import read_data_sets
+    from ps_toolkit_compat.mnist_input_data import read_data_sets
 
     train = read_data_sets(digits_dir, validation_size=0, seed=3).train
     seen = [train.next_batch(1497)[1] for _ in range(5)]
@@ -65,14 +65,14 @@ def test_next_batch_covers_an_epoch_then_wraps(digits_dir):
 
 
 def test_two_readers_without_a_seed_shuffle_differently(digits_dir):
-    from compat.mnist_input_data import read_data_sets
+    from ps_toolkit_compat.mnist_input_data import read_data_sets
 
     first, second = (read_data_sets(digits_dir, validation_size=0).train for _ in range(2))
     assert not np.array_equal(first.next_batch(100)[1], second.next_batch(100)[1])
 
 
 def test_missing_mnist_files_are_one_clear_error(tmp_path):
-    from compat.mnist_input_data import read_data_sets
+    from ps_toolkit_compat.mnist_input_data import read_data_sets
 
     with pytest.raises(ConfigError, match=r"has no train-images-idx3-ubyte.gz; .*does not download"):
         read_data_sets(str(tmp_path))
@@ -129,7 +129,7 @@ def test_run_legacy_bad_usage_is_one_line_and_status_2(args, message):
 def test_replica_sessions_get_device_filters_unless_the_script_set_some():
     import tensorflow as tf
 
-    from compat import task_context
+    from ps_toolkit_compat import task_context
 
     try:
         task_context.set_task("worker", 1)

@@ -11,9 +11,9 @@ import time
 import pytest
 from fixtures_legacy.launch import RUN_LEGACY
 
-from compat import estimator_support, removed
 from ps_toolkit.base.errors import EXIT_CONFIG, EXIT_RETRYABLE
 from ps_toolkit.launch.ports import reserve_ports
+from ps_toolkit_compat import estimator_support, removed
 
 FIXTURES = os.path.join(os.path.dirname(os.path.abspath(__file__)), "fixtures_legacy")
 
@@ -179,7 +179,7 @@ def test_evaluator_without_any_checkpoint_gives_up_in_bounded_time(tmp_path):
 
 
 def test_without_the_package_only_tf_estimator_fails_in_one_line():
-    from compat import legacy_tf
+    from ps_toolkit_compat import legacy_tf
 
     reason = "the tensorflow_estimator package is not installed (pip install tensorflow-estimator==2.15.0)"
     legacy, submodules = legacy_tf.build(estimator_support.UnavailableApi(reason))

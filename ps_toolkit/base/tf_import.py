@@ -1,10 +1,10 @@
 """How a task imports TensorFlow: without the eager Keras 3 load it does not need.
 
 TensorFlow 2.21's ``import tensorflow`` eagerly imports Keras 3's optimizers
-(and, through Keras 3, scikit-learn and SciPy when they are installed): 1.9 of
-the 5.8 s the import takes on a 2-core machine, paid by every task of a
-cluster. ``TF_USE_LEGACY_KERAS=1``, TensorFlow's own switch, loads the legacy
-Keras (tf_keras) instead, which is what ``tf.compat.v1`` graph code such as
+(and, through Keras 3, scikit-learn and SciPy when they are installed): about
+a third of the import's time, paid by every task of a cluster.
+``TF_USE_LEGACY_KERAS=1``, TensorFlow's own switch, loads the legacy Keras
+(tf_keras) instead, which is what ``tf.compat.v1`` graph code such as
 ``tf.compat.v1.layers`` needs anyway. ``tf.keras`` stays available.
 """
 

@@ -148,8 +148,17 @@ def plain_tf_config(spec: KubeSpec, job: str, index: str = "$(TASK_INDEX)") -> s
 
 def plain_objects(spec: KubeSpec) -> list[dict]:
     """A headless Service and one Indexed Job per role, for clusters without the Kubeflow operator."""
+    return [
+        _headless_service(spec),
+        *(_indexed_job(spec, job, count) for job, count in spec.roles),
+        network_policy(spec),
+    ]
+
+
+def _headless_service(spec: KubeSpec) -> dict:
+    """The Service whose name is every pod's subdomain, so peers resolve as <pod>.<service>.<namespace>.svc."""
     labels = {LABEL: spec.name}
-    service = {
+    return {
         "apiVersion": "v1",
         "kind": "Service",
         "metadata": {"name": spec.name, "namespace": spec.namespace, "labels": labels},
@@ -161,45 +170,41 @@ def plain_objects(spec: KubeSpec) -> list[dict]:
             "ports": [{"name": "grpc", "port": spec.port, "targetPort": spec.port}],
         },
     }
-    jobs = [service]
-    for job, count in spec.roles:
-        env = [
-            {"name": "TASK_INDEX", "valueFrom": {"fieldRef": {"fieldPath": COMPLETION_INDEX}}},
-            {"name": "TF_CONFIG", "value": plain_tf_config(spec, job)},
-        ]
-        pod = _pod_spec(spec, env=env)
-        pod["subdomain"] = spec.name  # with the Service of that name: <pod>.<service>.<namespace>.svc
-        pod["restartPolicy"] = "OnFailure" if spec.restart_policy == "OnFailure" else "Never"
-        job_spec = {
-            "completionMode": "Indexed",
-            "completions": count,
-            "parallelism": count,
-            "backoffLimit": spec.backoff_limit if spec.restart_policy != "Never" else 0,
-            "template": {"metadata": {"labels": dict(labels, **{"ps-toolkit/role": job})}, "spec": pod},
+
+
+def _indexed_job(spec: KubeSpec, job: str, count: int) -> dict:
+    """One role's Indexed Job: a pod per task, each knowing its index from its completion index."""
+    labels = {LABEL: spec.name}
+    env = [
+        {"name": "TASK_INDEX", "valueFrom": {"fieldRef": {"fieldPath": COMPLETION_INDEX}}},
+        {"name": "TF_CONFIG", "value": plain_tf_config(spec, job)},
+    ]
+    pod = _pod_spec(spec, env=env)
+    pod["subdomain"] = spec.name  # with the Service of that name: <pod>.<service>.<namespace>.svc
+    pod["restartPolicy"] = "OnFailure" if spec.restart_policy == "OnFailure" else "Never"
+    job_spec = {
+        "completionMode": "Indexed",
+        "completions": count,
+        "parallelism": count,
+        "backoffLimit": spec.backoff_limit if spec.restart_policy != "Never" else 0,
+        "template": {"metadata": {"labels": dict(labels, **{"ps-toolkit/role": job})}, "spec": pod},
+    }
+    if spec.restart_policy == "ExitCode":
+        # Kubeflow's ExitCode policy for plain Jobs: permanent statuses fail the Job, others retry.
+        job_spec["podFailurePolicy"] = {
+            "rules": [
+                {
+                    "action": "FailJob",
+                    "onExitCodes": {"containerName": CONTAINER, "operator": "In", "values": list(PERMANENT_EXIT_CODES)},
+                }
+            ]
         }
-        if spec.restart_policy == "ExitCode":
-            # Kubeflow's ExitCode policy for plain Jobs: permanent statuses fail the Job, others retry.
-            job_spec["podFailurePolicy"] = {
-                "rules": [
-                    {
-                        "action": "FailJob",
-                        "onExitCodes": {
-                            "containerName": CONTAINER,
-                            "operator": "In",
-                            "values": list(PERMANENT_EXIT_CODES),
-                        },
-                    }
-                ]
-            }
-        jobs.append(
-            {
-                "apiVersion": "batch/v1",
-                "kind": "Job",
-                "metadata": {"name": f"{spec.name}-{job}", "namespace": spec.namespace, "labels": labels},
-                "spec": job_spec,
-            }
-        )
-    return jobs + [network_policy(spec)]
+    return {
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": {"name": f"{spec.name}-{job}", "namespace": spec.namespace, "labels": labels},
+        "spec": job_spec,
+    }
 
 
 def _pod_spec(spec: KubeSpec, env: list) -> dict:

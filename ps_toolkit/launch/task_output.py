@@ -58,12 +58,13 @@ _LIBRARIES = ("tensorflow", "absl", "tf_keras", "keras")
 @functools.cache
 def _toolkit_files() -> frozenset[str]:
     """Basenames of the toolkit's modules and scripts: their log lines are the toolkit's."""
-    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    package = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    root = os.path.dirname(package)
     names = set()
-    for folder in ("ps_toolkit", "scripts", "compat"):
-        path = os.path.join(root, folder)
-        if os.path.isdir(path):
-            names.update(n for n in os.listdir(path) if n.endswith(".py"))
+    compat = ("compat", "ps_toolkit_compat")  # in a checkout; installed
+    for folder in (package, os.path.join(root, "scripts"), *(os.path.join(root, name) for name in compat)):
+        for _, _, files in os.walk(folder):
+            names.update(n for n in files if n.endswith(".py"))
     return frozenset(names)
 
 

@@ -19,7 +19,9 @@ from ps_toolkit.cluster.config import CHIEF, EVALUATOR, PS, WORKER, ClusterConfi
 
 LOCALHOST = "localhost"
 # The per-task entry point, relative to the repository root.
-RUN_TASK_SCRIPT = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "scripts", "run_task.py")
+_CHECKOUT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+RUN_TASK_SCRIPT = os.path.join(_CHECKOUT, "scripts", "run_task.py")
+RUN_TASK_MODULE = "ps_toolkit.tools.run_task"
 # Jobs in the order their tasks are started: servers first.
 START_ORDER = (PS, CHIEF, WORKER, EVALUATOR)
 # More tasks than this on one machine is not a local cluster (each is a TensorFlow process).
@@ -100,8 +102,11 @@ class TaskPlan:
 
 
 def default_command(train_args: Sequence[str] = ()) -> list[str]:
-    """``python scripts/run_task.py`` with the given training flags."""
-    return [sys.executable, RUN_TASK_SCRIPT, *train_args]
+    """``python scripts/run_task.py`` with the given training flags; installed without a checkout,
+    ``python -m ps_toolkit.tools.run_task``."""
+    if os.path.isfile(RUN_TASK_SCRIPT):
+        return [sys.executable, RUN_TASK_SCRIPT, *train_args]
+    return [sys.executable, "-m", RUN_TASK_MODULE, *train_args]
 
 
 def plan_tasks(

@@ -5,13 +5,12 @@ every step: two matrices. Run on the ps beside its weights (Project Adam's
 placement, OSDI 2014), it moves activations instead: the layer's input and
 output forward, the output's gradient back (and the input's, which ``auto``
 counts too). For small matrices the move is latency-bound, not bytes-bound,
-and the packed transfers already merge them (mlp ran 12% slower on the ps,
-docs/performance.md); for a large matrix and a modest batch it is far fewer
-bytes (wide's 784x4096 layer: 1.44x the raw script's steps/s instead of 1.16x).
+and the packed transfers already merge them; for a large matrix and a modest
+batch it is far fewer bytes (docs/performance.md measures both).
 
 Modes:
 - ``auto`` (the default): a layer runs near its weights when its matrix is too
-  large to be packed (over ``packed_transfer.PACK_LIMIT_BYTES``) and the
+  large to be packed (over ``choices.PACK_LIMIT_BYTES``) and the
   activations it would move are at most a quarter of the matrix bytes a step
   would move otherwise; never on a worker with a GPU, where the matmul belongs,
   nor with more than ``MAX_REPLICAS_NEAR`` replicas: the ps holding the matrix
@@ -30,8 +29,8 @@ from ps_toolkit.placement.choices import NEAR_WEIGHTS_MODES, PACK_LIMIT_BYTES
 # Near must move at most this share of the bytes: it also adds a hop per
 # layer and puts the arithmetic on the ps, which serves every worker.
 MAX_NEAR_BYTES_SHARE = 0.25
-# Measured up to 2 (1 ps + 2 workers, 2 ps + 2 workers); beyond, the ps's
-# arithmetic for every replica is a bet on its cores against its network.
+# The largest replica count the rule was measured at (docs/performance.md); beyond
+# it, the ps's arithmetic for every replica is a bet on its cores against its network.
 MAX_REPLICAS_NEAR = 2
 
 

@@ -32,10 +32,13 @@ from collections.abc import Callable, Mapping, Sequence
 from ps_toolkit.base import tf_import
 from ps_toolkit.process import fork_protocol, lifecycle
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+# The folder holding the ps_toolkit package: a checkout, or site-packages.
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 # Commands a fork server runs: the toolkit's task entry and the legacy-script runner.
 RUN_LEGACY_SCRIPT = os.path.join(REPO, "scripts", "run_legacy.py")
 FORKABLE_SCRIPTS = (os.path.join(REPO, "scripts", "run_task.py"), RUN_LEGACY_SCRIPT)
+RUN_LEGACY_MODULE = "ps_toolkit.tools.run_legacy"
+FORKABLE_MODULES = ("ps_toolkit.tools.run_task", RUN_LEGACY_MODULE)
 START_METHODS = ("fork", "exec")
 # Importing TensorFlow on a busy 2-core machine can take tens of seconds.
 READY_TIMEOUT_SECS = 120.0
@@ -58,7 +61,8 @@ def import_key(env: Mapping[str, str]) -> tuple:
 
 
 def forkable(argv: Sequence[str], env: Mapping[str, str]) -> bool:
-    """Whether ``argv`` is ``python SCRIPT ...`` with this interpreter and one of the toolkit's task scripts.
+    """Whether ``argv`` is ``python SCRIPT ...`` or ``python -m MODULE ...`` with this interpreter and
+    one of the toolkit's task entries.
 
     The server imports TensorFlow with the legacy Keras unless ``env`` says otherwise
     (tf_import), as run_task.py does; run_legacy.py always wants it, so with the
@@ -66,10 +70,13 @@ def forkable(argv: Sequence[str], env: Mapping[str, str]) -> bool:
     """
     if len(argv) < 2 or os.path.realpath(argv[0]) != os.path.realpath(sys.executable):
         return False
-    script = os.path.realpath(argv[1])
-    if script == RUN_LEGACY_SCRIPT and env.get(tf_import.LEGACY_KERAS_ENV, "1") != "1":
+    if argv[1] == "-m":
+        entry, legacy, known = (argv[2] if len(argv) > 2 else ""), RUN_LEGACY_MODULE, FORKABLE_MODULES
+    else:
+        entry, legacy, known = os.path.realpath(argv[1]), RUN_LEGACY_SCRIPT, FORKABLE_SCRIPTS
+    if entry == legacy and env.get(tf_import.LEGACY_KERAS_ENV, "1") != "1":
         return False
-    return script in FORKABLE_SCRIPTS
+    return entry in known
 
 
 class ForkServer:

@@ -50,7 +50,7 @@ PRELOAD = (
     "ps_toolkit.models.classifiers",
     "ps_toolkit.training.model_check",
     "ps_toolkit.training.export",
-    "compat.legacy_tf",
+    "ps_toolkit_compat.legacy_tf",
 )
 # How long a child's exit status waits in the socket buffer for the client.
 _SEND_TIMEOUT_SECS = 10.0

@@ -60,12 +60,10 @@ def default_intra_op_threads(cluster: ClusterConfig, cpus: int | None = None) ->
     """This task's share of its host's cores for one op's arithmetic.
 
     Tasks sharing a machine share its cores: a pool of one thread per core in
-    every process oversubscribes them (measured: 1 intra-op thread per task on
-    2 cores and 3 tasks ran mlp 1.6x faster than 2). The tasks that compute
-    (chief, workers, evaluator) share the cores among themselves; a ps mostly
-    moves bytes, so it takes a share counted over every task on the host.
-    Measured on 2 cores, 1 ps + 1 worker: the worker's 2 threads instead of 1
-    gave wide +11% and mlp +2% (docs/performance.md).
+    every process oversubscribes them. The tasks that compute (chief, workers,
+    evaluator) share the cores among themselves; a ps mostly moves bytes, so it
+    takes a share counted over every task on the host (docs/performance.md has
+    the measurements behind both rules).
     """
     cpus = cpus or os.cpu_count() or 1
     sharing = colocated_tasks(cluster) if cluster.task_type == PS else colocated_tasks(cluster, exclude_jobs=(PS,))

@@ -109,6 +109,25 @@ def evaluate_checkpoints(
     if definition.eval_input_fn is None:
         raise ConfigError(f"the evaluator needs an eval_input_fn (--eval_input_fn) for {definition.name}")
     started = time.monotonic()
+    records = _evaluate_each_checkpoint(config, definition, partitioner, throttle_secs, idle_timeout_secs)
+    last = records[-1]
+    metrics = {k: v for k, v in last.items() if k != "global_step"}
+    return {
+        "job": cluster.task_type,
+        "task": cluster.task_index,
+        "global_step": last["global_step"],
+        "evaluations": len(records),
+        "eval": metrics,
+        "test_accuracy": metrics.get("accuracy"),
+        "test_loss": metrics["loss"],
+        "seconds": round(time.monotonic() - started, 3),
+    }
+
+
+def _evaluate_each_checkpoint(
+    config: TrainConfig, definition: ModelDefinition, partitioner, throttle_secs: float, idle_timeout_secs: float
+) -> list[dict]:
+    """Metrics of each new checkpoint, with its global step, up to the one at ``config.train_steps``."""
     records = []
     with tf.Graph().as_default():
         global_step = tf.compat.v1.train.get_or_create_global_step()
@@ -132,18 +151,7 @@ def evaluate_checkpoints(
                     f"evaluator saw no new checkpoint in {config.checkpoint_dir} for {idle_timeout_secs:.0f}s"
                 )
         writer.close()
-    last = records[-1]
-    metrics = {k: v for k, v in last.items() if k != "global_step"}
-    return {
-        "job": cluster.task_type,
-        "task": cluster.task_index,
-        "global_step": last["global_step"],
-        "evaluations": len(records),
-        "eval": metrics,
-        "test_accuracy": metrics.get("accuracy"),
-        "test_loss": metrics["loss"],
-        "seconds": round(time.monotonic() - started, 3),
-    }
+    return records
 
 
 def _format(metrics: dict) -> str:

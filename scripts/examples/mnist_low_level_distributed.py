@@ -19,7 +19,9 @@ import tempfile
 import tensorflow as tf
 from tensorflow.examples.tutorials.mnist import input_data
 
-EMBEDDED_DIGITS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "ps_toolkit", "embedded_digits")
+EMBEDDED_DIGITS = os.path.join(
+    os.path.dirname(os.path.abspath(__file__)), "..", "..", "ps_toolkit", "models", "embedded_digits"
+)
 
 flags = tf.app.flags
 flags.DEFINE_string("ps_hosts", "127.0.0.1:2222", "comma-separated host:port list of the ps job")

@@ -17,7 +17,9 @@ import numpy as np
 import tensorflow as tf
 from tensorflow.examples.tutorials.mnist import input_data
 
-EMBEDDED_DIGITS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "ps_toolkit", "embedded_digits")
+EMBEDDED_DIGITS = os.path.join(
+    os.path.dirname(os.path.abspath(__file__)), "..", "..", "ps_toolkit", "models", "embedded_digits"
+)
 RECORD_BYTES = 1 + 784  # label, then the pixels
 
 flags = tf.app.flags

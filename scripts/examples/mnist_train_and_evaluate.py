@@ -27,7 +27,9 @@ import sys
 import tensorflow as tf
 from tensorflow.examples.tutorials.mnist import input_data
 
-EMBEDDED_DIGITS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "ps_toolkit", "embedded_digits")
+EMBEDDED_DIGITS = os.path.join(
+    os.path.dirname(os.path.abspath(__file__)), "..", "..", "ps_toolkit", "models", "embedded_digits"
+)
 FLAGS = None
 
 

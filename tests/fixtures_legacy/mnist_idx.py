@@ -9,7 +9,10 @@ import numpy as np
 from ps_toolkit.models.idx import read_idx, write_idx_gz
 
 _EMBEDDED = os.path.join(
-    os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))), "ps_toolkit", "embedded_digits"
+    os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))),
+    "ps_toolkit",
+    "models",
+    "embedded_digits",
 )
 # One-pixel shifts: five times the 1,497 training digits, so TF 1.x's default
 # validation split (the first 5,000) still leaves a training set.

@@ -1,0 +1,56 @@
+"""Runs a TensorFlow 1.x script unchanged on TensorFlow 2.21, through the compat layer.
+
+    python scripts/run_legacy.py old_script.py --job_name=worker --task_index=0 ...
+    python scripts/launch_local.py --num_ps=1 --num_workers=2 -- python scripts/run_legacy.py old_script.py
+    ps-run-legacy old_script.py ...            # installed: also python -m ps_toolkit.tools.run_legacy
+
+The legacy ``tensorflow`` module (compat/legacy_tf.py, installed as
+``ps_toolkit_compat.legacy_tf``) is installed before
+the script runs, so its ``import tensorflow as tf`` gets the TF 1.x API. The
+script runs as ``__main__`` with its own argv. A removed symbol, missing MNIST
+files or other bad input end it with one line on stderr and exit status 2.
+"""
+
+import os
+import runpy
+import sys
+
+EXIT_CONFIG = 2  # ps_toolkit.base.errors.EXIT_CONFIG, before anything heavy is imported
+
+
+def _fail(message: str) -> None:
+    sys.stderr.write(f"run_legacy.py: error: {message}\n")
+    sys.exit(EXIT_CONFIG)
+
+
+def run(argv: list[str]) -> None:
+    if len(argv) == 2 and argv[1] in ("--help", "-h", "--helpfull"):
+        sys.stdout.write(__doc__.strip() + "\n\nrun_legacy.py has no flags of its own; the script's follow it.\n")
+        sys.exit(0)
+    if len(argv) < 2 or argv[1].startswith("-"):
+        _fail("usage: run_legacy.py SCRIPT.py [SCRIPT ARGS...]")
+    script = argv[1]
+    if not os.path.isfile(script):
+        _fail(f"script {script} does not exist")
+    # Before TensorFlow is imported: tf.layers needs the legacy Keras (tf-keras).
+    os.environ["TF_USE_LEGACY_KERAS"] = "1"
+    from ps_toolkit.base.errors import ToolkitError
+    from ps_toolkit_compat import legacy_tf
+
+    legacy_tf.install()
+    sys.argv = [script, *argv[2:]]
+    sys.path.insert(0, os.path.dirname(os.path.abspath(script)))  # as ``python script.py`` would
+    try:
+        runpy.run_path(script, run_name="__main__")
+    except ToolkitError as err:
+        sys.stderr.write(f"{os.path.basename(script)}: error: {err}\n")
+        sys.exit(err.exit_code)
+
+
+def main() -> None:
+    """The ``ps-run-legacy`` command."""
+    run(sys.argv)
+
+
+if __name__ == "__main__":
+    main()
