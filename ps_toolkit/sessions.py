@@ -15,6 +15,9 @@ import tensorflow as tf
 
 log = logging.getLogger(__name__)
 _SessionManager = tf.compat.v1.train.SessionManager
+# Ops the chief runs when it is about to initialize or restore the model (not when it keeps the
+# live state): while the model is not ready, no other replica's session can start meanwhile.
+BEFORE_RESTORE_OPS = "ps_toolkit_before_restore_ops"
 
 
 class _ScaffoldedCreator(tf.compat.v1.train.SessionCreator):
@@ -83,6 +86,9 @@ class LiveStateChiefSessionCreator(_ScaffoldedCreator):
                 step = tf.compat.v1.train.global_step(session, tf.compat.v1.train.get_global_step())
                 log.info("parameter servers still hold the model at global step %d: kept, not restored", step)
                 return session
+            before_restore = tf.compat.v1.get_collection(BEFORE_RESTORE_OPS)
+            if before_restore:
+                session.run(before_restore)
         except Exception:
             session.close()
             raise
