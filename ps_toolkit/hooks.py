@@ -172,6 +172,10 @@ class SyncReplicasHook(tf.compat.v1.train.SessionRunHook):
         self._is_chief = is_chief
         self._num_tokens = num_tokens
 
+    @property
+    def optimizer(self):
+        return self._optimizer
+
     def begin(self):
         optimizer = self._optimizer
         self._ready_for_local_init_op = optimizer.ready_for_local_init_op

@@ -21,14 +21,24 @@ name, so a restarted replica finds it again):
 - a replica's local init empties its queue, so that a restarted replica does
   not inherit the token its previous incarnation left (unless training is
   over: then the tokens waiting are release tokens, and a late replica takes
-  one and stops).
+  one and stops);
+- a token holding a step not above the replica's local step comes from an
+  update its push had no part in (one that ran between the local init's
+  drain and its global-step read) and is discarded, not taken;
+- each push is recorded on the ps (a queue per replica holding the local
+  step of its last push): a session whose local init finds its push for the
+  current step recorded (its previous incarnation's gradient is still in
+  the accumulators) stamps its next push -1, which every accumulator drops,
+  and so does a replica woken with no update since its push. The chief
+  forgets the records before it initializes or restores the model;
+- the chief wakes replicas blocked on their queues with ``WAKE_TOKEN``
+  (``ps_toolkit.hooks.SyncReplicasHook``): when a ps other than the queues'
+  restarts, nothing else would.
 
 So with ``replicas_to_aggregate`` equal to the number of replicas, every step
 averages one gradient from each, and a dead replica stops the job (the
 watchdog then ends it, retryably) instead of silently halving it. With backup
-replicas (fewer to aggregate than there are) the fastest make each step; a
-replica that was behind can, in a narrow race, give two gradients to one step,
-as every replica can in TensorFlow's design. More replicas to aggregate than
+replicas (fewer to aggregate than there are) the fastest make each step. More replicas to aggregate than
 there are (several gradients per replica per step) is refused.
 
 Accumulators, staleness checks, the chief's update and its init ops are
@@ -105,25 +115,35 @@ class PerReplicaSyncOptimizer(tf.compat.v1.train.SyncReplicasOptimizer):
             update_op = self._opt.apply_gradients(aggregated, global_step)
             self._token_queues = [self._token_queue(index, global_step) for index in range(self._total_num_replicas)]
             self._pushed_queues = [self._pushed_queue(index, global_step) for index in range(self._total_num_replicas)]
+            self._ready_marker = self._pushed_queue("aggregation_ready", global_step)
             self._sync_token_queue = self._own_queue
             with tf.control_dependencies([update_op]):
                 step = global_step.read_value()
                 top_ups = [self._top_up(queue, step) for queue in self._token_queues]
             self._chief_queue_runner = tf.compat.v1.train.QueueRunner(self._own_queue, [tf.group(*top_ups)])
-            start_step = self._step_after_emptying_own_queue(global_step)
-            pending = tf.equal(_peek_last(self._pushed_queues[self._replica_index]), start_step)
-        self.local_step_init_op = tf.group(
-            tf.compat.v1.assign(self._local_step, start_step), tf.compat.v1.assign(self._skip_push, pending)
-        )
+        self.local_step_init_op = self._local_init(global_step)
         self.ready_for_local_init_op = tf.compat.v1.report_uninitialized_variables(tf.compat.v1.global_variables())
         set_steps = []
         for accumulator, device in self._accumulator_list:
             with tf.compat.v1.device(device):
                 set_steps.append(accumulator.set_global_step(global_step, name="SetGlobalStep"))
-        self.chief_init_op = tf.group(self.local_step_init_op, *set_steps)
+        with tf.compat.v1.device(global_step.device), tf.control_dependencies(set_steps):
+            # Said only once the accumulators judge staleness by the restored step: a
+            # replica pushing before would have its gradient dropped against the old one.
+            aggregation_ready = _replace_contents(self._ready_marker, global_step.read_value())
+        self.chief_init_op = tf.group(self.local_step_init_op, aggregation_ready)
         # No gradient pushed before a restore counts: pushes recorded then are forgotten.
         tf.compat.v1.add_to_collection(BEFORE_RESTORE_OPS, self.forget_pushes_op())
         self._gradients_applied = True
+
+    def _local_init(self, global_step):
+        """Empties this replica's queue, adopts the global step, and skips its next push if it is recorded."""
+        with tf.compat.v1.device(global_step.device):
+            start_step = self._step_after_emptying_own_queue(global_step)
+            pending = tf.equal(_peek_last(self._pushed_queues[self._replica_index]), start_step)
+        return tf.group(
+            tf.compat.v1.assign(self._local_step, start_step), tf.compat.v1.assign(self._skip_push, pending)
+        )
 
     def push_and_take_token(self, grads_and_vars):
         """Pushes the gradients stamped with the local step, waits for this replica's token; returns the new step."""
@@ -169,9 +189,20 @@ class PerReplicaSyncOptimizer(tf.compat.v1.train.SyncReplicasOptimizer):
             return tf.group(*(self._top_up(self._token_queues[index], wake) for index in replicas))
 
     def forget_pushes_op(self):
-        """Empties every replica's push record: after a restore, no gradient pushed before it counts."""
+        """Empties every replica's push record and the chief's aggregation-ready mark: run before a restore."""
         with tf.compat.v1.device(self._global_step.device):
-            return tf.group(*(queue.dequeue_many(queue.size()) for queue in self._pushed_queues))
+            queues = [*self._pushed_queues, self._ready_marker]
+            return tf.group(*(queue.dequeue_many(queue.size()) for queue in queues))
+
+    def aggregation_not_ready_op(self):
+        """A 1-D string tensor naming the chief's aggregation until its init has run, else empty.
+
+        For the other replicas' readiness check: after a restore the variables
+        are ready before the chief has set its accumulators' step.
+        """
+        with tf.compat.v1.device(self._global_step.device):
+            missing = tf.cast(tf.equal(self._ready_marker.size(), 0), tf.int32)
+            return tf.constant(["the chief's sync aggregation (its accumulators' step)"])[:missing]
 
     @property
     def replica_index(self) -> int:
@@ -248,8 +279,11 @@ class PerReplicaSyncOptimizer(tf.compat.v1.train.SyncReplicasOptimizer):
             )
 
     @staticmethod
-    def _pushed_queue(index: int, global_step):
-        """Replica ``index``'s push record: the local step of its last push, kept on the ps across its restarts."""
+    def _pushed_queue(index, global_step):
+        """Replica ``index``'s push record: the local step of its last push, kept on the ps across its restarts.
+
+        The same kind of one-value queue, indexed "aggregation_ready", is the chief's mark.
+        """
         return tf.queue.FIFOQueue(
             -1,
             global_step.dtype.base_dtype,

@@ -371,3 +371,24 @@ def test_a_spare_token_from_before_the_push_does_not_free_the_replica(two_worker
     assert step_or_wait(session, op) == "stepped"
     for each in (chief_session, session):
         each.close()
+
+
+def test_other_replicas_are_not_ready_until_the_chief_has_set_its_accumulators_step(two_worker_cluster):
+    """After a restore the variables are ready before the chief's init: a push then would be judged stale."""
+    graph = tf.Graph()
+    config = two_worker_cluster.cluster_config("worker", 1)
+    with graph.as_default(), tf.compat.v1.device(placement.device_setter(config)):
+        global_step = tf.compat.v1.train.get_or_create_global_step()
+        var0 = tf.compat.v1.get_variable("var0", initializer=[0.0, 1.0])
+        optimizer = PerReplicaSyncOptimizer(
+            tf.compat.v1.train.GradientDescentOptimizer(LEARNING_RATE), 2, config.num_replicas, config.replica_index
+        )
+        optimizer.build_aggregation([var0], global_step)
+        not_ready, forget = optimizer.aggregation_not_ready_op(), optimizer.forget_pushes_op()
+    with tf.compat.v1.Session(two_worker_cluster.targets["worker"][1], graph=graph) as session:
+        assert list(session.run(not_ready)) == [b"the chief's sync aggregation (its accumulators' step)"]
+        chief_session, _, _ = build_worker(two_worker_cluster, 0, 2)
+        assert list(session.run(not_ready)) == []
+        session.run(forget)  # what the chief runs before it restores the model
+        assert len(session.run(not_ready)) == 1
+        chief_session.close()
