@@ -180,7 +180,10 @@ class ProgressWatchdog:
         if parts:
             return "; " + "; ".join(parts)
         if self._sync:
-            return "; every ps and every replica answers and none restarted while waiting: a replica is stalled"
+            return (
+                "; every ps and every replica answers and none was seen down while waiting: "
+                "a replica is stalled, or a peer restarted within a poll"
+            )
         return "; every ps answers"
 
     def waiting_report(self, idle: float, step) -> str | None:

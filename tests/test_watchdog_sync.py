@@ -87,6 +87,7 @@ def test_with_every_peer_answering_it_says_a_replica_is_stalled():
         dog.beat(7)
         assert exited.wait(timeout=10)
     assert exits[0].endswith(
-        "every ps and every replica answers and none restarted while waiting: a replica is stalled. "
+        "every ps and every replica answers and none was seen down while waiting: "
+        "a replica is stalled, or a peer restarted within a poll. "
         "Exiting with status 200 (retryable)."
     ), exits[0]
