@@ -311,3 +311,87 @@ def test_per_replica_tokens_refuse_what_they_cannot_do():
         PerReplicaSyncOptimizer(descent, replicas_to_aggregate=3, total_num_replicas=2, replica_index=0)
     with pytest.raises(ValueError, match="below 2, got 2"):
         PerReplicaSyncOptimizer(descent, replicas_to_aggregate=2, total_num_replicas=2, replica_index=2)
+
+
+def step_or_wait(session, op, seconds=4.0) -> str:
+    """'stepped' if the sync step completes within ``seconds``, 'waited' if it is still waiting for its token."""
+    try:
+        session.run(op, options=tf.compat.v1.RunOptions(timeout_in_ms=int(seconds * 1000)))
+        return "stepped"
+    except tf.errors.DeadlineExceededError:
+        return "waited"
+
+
+def test_a_replica_restarted_mid_step_does_not_count_twice(two_worker_cluster):
+    """2 of 2: worker 1 pushes, dies waiting for its token, restarts; the step is the mean of BOTH workers.
+
+    Its previous incarnation's gradient is still in the accumulators: the new
+    one's push for the same step must be dropped. Counted again, the step
+    would be made of worker 1's gradient alone, before the chief pushed.
+    """
+    chief_session, chief_op, (global_step, var0, var1) = build_worker(two_worker_cluster, 0, 2)
+    first_session, first_op, _ = build_worker(two_worker_cluster, 1, 2)
+    assert step_or_wait(first_session, first_op) == "waited"
+    first_session.close()  # the process killed while it waited
+    restarted_session, restarted_op, _ = build_worker(two_worker_cluster, 1, 2)
+    assert step_or_wait(restarted_session, restarted_op) == "waited"
+    assert chief_session.run(global_step) == 0
+    run_concurrently([(chief_session, chief_op), (restarted_session, restarted_op)])
+    step, value0, value1 = chief_session.run([global_step, var0, var1])
+    assert step == 1
+    # One mean of workers 0 and 1: var0 -= 2.0 * 0.5; var1 -= 2.0 * 0.6.
+    np.testing.assert_allclose(value0, [0.0 - 1.0, 1.0 - 1.0], rtol=1e-6)
+    np.testing.assert_allclose(value1, [2.0 - 1.2], rtol=1e-6)
+    for session in (chief_session, restarted_session):
+        session.close()
+
+
+def put_token(cluster, replica_index, value):
+    """Enqueues a token holding ``value`` in replica ``replica_index``'s queue on the ps, by its shared name."""
+    with tf.Graph().as_default(), tf.compat.v1.device("/job:ps/task:0"):
+        queue = tf.queue.FIFOQueue(
+            -1, tf.int64, shapes=[()], shared_name=f"ps_toolkit_sync_token_q_replica_{replica_index}"
+        )
+        enqueue = queue.enqueue(tf.constant(value, tf.int64))
+        with tf.compat.v1.Session(cluster.targets["worker"][0]) as session:
+            session.run(enqueue)
+
+
+def test_a_spare_token_from_before_the_push_does_not_free_the_replica(two_worker_cluster):
+    """A token left in the queue by an update its push had no part in (the local init's race) is not taken.
+
+    Taken, it would let the replica push a second gradient for the same step.
+    """
+    chief_session, chief_op, (global_step, var0, _) = build_worker(two_worker_cluster, 0, 2)
+    session, op, _ = build_worker(two_worker_cluster, 1, 2)
+    put_token(two_worker_cluster, 1, 0)  # the step this replica's local init read: not an update after its push
+    assert step_or_wait(session, op) == "waited"
+    # Its push is in; the chief's completes the step, and the token of that update frees it.
+    run_concurrently([(chief_session, chief_op)])
+    step, value0 = chief_session.run([global_step, var0])
+    assert step == 1
+    np.testing.assert_allclose(value0, [0.0 - 1.0, 1.0 - 1.0], rtol=1e-6)
+    assert step_or_wait(session, op) == "stepped"
+    for each in (chief_session, session):
+        each.close()
+
+
+def test_other_replicas_are_not_ready_until_the_chief_has_set_its_accumulators_step(two_worker_cluster):
+    """After a restore the variables are ready before the chief's init: a push then would be judged stale."""
+    graph = tf.Graph()
+    config = two_worker_cluster.cluster_config("worker", 1)
+    with graph.as_default(), tf.compat.v1.device(strategies.device_setter(config)):
+        global_step = tf.compat.v1.train.get_or_create_global_step()
+        var0 = tf.compat.v1.get_variable("var0", initializer=[0.0, 1.0])
+        optimizer = PerReplicaSyncOptimizer(
+            tf.compat.v1.train.GradientDescentOptimizer(LEARNING_RATE), 2, config.num_replicas, config.replica_index
+        )
+        optimizer.build_aggregation([var0], global_step)
+        not_ready, forget = optimizer.aggregation_not_ready_op(), optimizer.forget_pushes_op()
+    with tf.compat.v1.Session(two_worker_cluster.targets["worker"][1], graph=graph) as session:
+        assert list(session.run(not_ready)) == [b"the chief's sync aggregation (its accumulators' step)"]
+        chief_session, _, _ = build_worker(two_worker_cluster, 0, 2)
+        assert list(session.run(not_ready)) == []
+        session.run(forget)  # what the chief runs before it restores the model
+        assert len(session.run(not_ready)) == 1
+        chief_session.close()

@@ -68,8 +68,8 @@ def _step_dependency(cluster: ClusterConfig, config: TrainConfig) -> str:
     """What a training step waits for, for the watchdog's message."""
     if config.sync_replicas:
         return (
-            f"gradients from {config.aggregate_count(cluster)} of {cluster.num_replicas} replicas "
-            "for each sync step (a replica may be dead or stalled)"
+            "a token from the chief's aggregation, which needs gradients from "
+            f"{config.aggregate_count(cluster)} of {cluster.num_replicas} replicas for each sync step"
         )
     return "global-step updates through the ps tasks"
 
@@ -151,7 +151,9 @@ def _run_session(cluster, target, config, graph: TrainGraph, hooks, progress, se
     """The MonitoredSession loop, under the watchdog, until a hook asks to stop."""
     creator = _session_creator(cluster, config, graph, target, session_config)
     waiting_for = "the chief to initialize or restore the model" if not cluster.is_chief else "the ps tasks"
-    with ProgressWatchdog(cluster, timeout_secs=config.watchdog_secs, waiting_for=waiting_for) as watchdog:
+    with ProgressWatchdog(
+        cluster, timeout_secs=config.watchdog_secs, waiting_for=waiting_for, sync_replicas=config.sync_replicas
+    ) as watchdog:
         progress.add_listener(watchdog.beat)
         if cluster.is_chief and config.checkpoint_dir:
             checkpoints.check_ps_share_checkpoint_dir(cluster, target, config.checkpoint_dir, session_config)

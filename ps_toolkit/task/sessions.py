@@ -13,6 +13,8 @@ import logging
 
 import tensorflow as tf
 
+from ps_toolkit.training.hooks import BEFORE_RESTORE_OPS
+
 log = logging.getLogger(__name__)
 _SessionManager = tf.compat.v1.train.SessionManager
 
@@ -83,6 +85,9 @@ class LiveStateChiefSessionCreator(_ScaffoldedCreator):
                 step = tf.compat.v1.train.global_step(session, tf.compat.v1.train.get_global_step())
                 log.info("parameter servers still hold the model at global step %d: kept, not restored", step)
                 return session
+            before_restore = tf.compat.v1.get_collection(BEFORE_RESTORE_OPS)
+            if before_restore:
+                session.run(before_restore)
         except Exception:
             session.close()
             raise

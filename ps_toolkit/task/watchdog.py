@@ -14,6 +14,11 @@ line every ``REPORT_EVERY_SECS``: how long it has made no progress, and each
 unreachable peer with its address. Before its first step with every peer
 answering, it says what it waits for (the chief to initialize the model,
 ...) from ``REPORT_EVERY_SECS`` on: a start of a few seconds is normal.
+
+While no step is made it also probes those peers every poll, so that a peer
+that went away and came back (a ps killed and restarted: nothing fails for a
+sync replica blocked on its token queue) is named with the time it answered
+again; a sync replica also probes the other replicas its steps need.
 """
 
 from __future__ import annotations
@@ -57,6 +62,7 @@ class ProgressWatchdog:
         first_report_secs: float = FIRST_REPORT_SECS,
         report_every_secs: float = REPORT_EVERY_SECS,
         probe=reachable,
+        sync_replicas: bool = False,
     ):
         self._cluster = cluster
         self._timeout = timeout_secs
@@ -66,6 +72,9 @@ class ProgressWatchdog:
         self._first_report = first_report_secs
         self._report_every = report_every_secs
         self._probe = probe
+        self._sync = sync_replicas
+        self._down_since: dict[str, float] = {}  # address -> wall time first seen down
+        self._restarts: dict[str, tuple[float, float]] = {}  # address -> (down, up again), since the last step
         self._next_report = None  # idle time at which the next waiting report is due
         self._last_step = None
         self._last_change = time.monotonic()
@@ -85,6 +94,7 @@ class ProgressWatchdog:
                 self._last_step = global_step
                 self._last_change = time.monotonic()
                 self._next_report = None
+                self._restarts.clear()
 
     def __enter__(self) -> ProgressWatchdog:
         self._thread.start()
@@ -111,6 +121,8 @@ class ProgressWatchdog:
                 idle = now - self._last_change
                 waiting_for, step = self._waiting_for, self._last_step
                 due = self._next_report if self._next_report is not None else self._first_report
+            if idle >= interval:
+                self._track_restarts()
             if watching and idle > self._timeout:
                 self._exit(self._message(idle, waiting_for, step))
                 return
@@ -130,6 +142,50 @@ class ProgressWatchdog:
             needed.append((f"the chief /job:{job}/task:{index}", self._cluster.jobs[job][index]))
         return needed
 
+    def _watched(self) -> list[tuple[str, str]]:
+        """The peers, and for a sync replica every other replica: each gives gradients to every step."""
+        watched = self.peers()
+        if self._sync:
+            known = {address for _, address in watched}
+            for job, index in self._cluster.replica_tasks():
+                address = self._cluster.jobs[job][index]
+                if address not in known and (job, index) != (self._cluster.task_type, self._cluster.task_index):
+                    watched.append((f"the replica /job:{job}/task:{index}", address))
+        return watched
+
+    def _track_restarts(self) -> None:
+        """Probes the watched peers; one seen down and then up again is recorded as restarted."""
+        now = time.time()
+        for _, address in self._watched():
+            up = self._probe(address)
+            with self._lock:
+                if not up:
+                    self._down_since.setdefault(address, now)
+                elif address in self._down_since:
+                    self._restarts[address] = (self._down_since.pop(address), now)
+
+    def _peer_state(self) -> str:
+        """What the peers say about the wait: which do not answer, which restarted since the last step."""
+        down = [f"{device} ({address})" for device, address in self._watched() if not self._probe(address)]
+        with self._lock:
+            restarts = dict(self._restarts)
+        names = dict((address, device) for device, address in self._watched())
+        restarted = [
+            f"{names.get(address, address)} ({address}) restarted: unreachable from {_clock(went)}, "
+            f"answering again since {_clock(back)}"
+            for address, (went, back) in sorted(restarts.items())
+        ]
+        parts = [f"unreachable: {', '.join(down)}"] if down else []
+        parts += restarted
+        if parts:
+            return "; " + "; ".join(parts)
+        if self._sync:
+            return (
+                "; every ps and every replica answers and none was seen down while waiting: "
+                "a replica is stalled, or a peer restarted within a poll"
+            )
+        return "; every ps answers"
+
     def waiting_report(self, idle: float, step) -> str | None:
         """One line naming the unreachable peers and their addresses, or, before the first step and
         after a report interval, what the task waits for; None when there is nothing to say."""
@@ -145,21 +201,25 @@ class ProgressWatchdog:
                 f"{self._cluster.device}: no progress for {idle:.0f}s{at}: cannot reach {', '.join(down)} "
                 f"(TensorFlow keeps retrying){limit}"
             )
+        with self._lock:
+            restarted = bool(self._restarts)
         # With every peer up, a slow start is normal for a while: said only after a report interval.
-        if step is None and idle >= self._report_every:
-            return f"{self._cluster.device}: no progress for {idle:.0f}s, waiting for {self._waiting_for}{limit}"
+        if (step is None or restarted) and idle >= self._report_every:
+            peers = self._peer_state() if restarted else ""
+            waiting = f"waiting for {self._waiting_for}{peers}"
+            return f"{self._cluster.device}: no progress for {idle:.0f}s{at}, {waiting}{limit}"
         return None
 
     def _message(self, idle: float, waiting_for: str, step) -> str:
         at = f" at global step {step}" if step is not None else ""
-        unreachable = [
-            f"/job:{PS}/task:{i} ({a})" for i, a in enumerate(self._cluster.jobs.get(PS, ())) if not self._probe(a)
-        ]
-        peers = f"; unreachable: {', '.join(unreachable)}" if unreachable else "; every ps answers"
         return (
-            f"{self._cluster.device}: no progress for {idle:.0f}s{at} while waiting for {waiting_for}{peers}. "
-            f"Exiting with status {EXIT_RETRYABLE} (retryable)."
+            f"{self._cluster.device}: no progress for {idle:.0f}s{at} while waiting for {waiting_for}"
+            f"{self._peer_state()}. Exiting with status {EXIT_RETRYABLE} (retryable)."
         )
+
+
+def _clock(wall: float) -> str:
+    return time.strftime("%H:%M:%S UTC", time.gmtime(wall))
 
 
 def _report_waiting(message: str) -> None:

@@ -12,6 +12,10 @@ import tensorflow as tf
 
 from ps_toolkit.base.task_lines import PROGRESS_PREFIX
 
+# Ops the chief runs when it is about to initialize or restore the model (not when it keeps the
+# live state): while the model is not ready, no other replica's session can start meanwhile.
+BEFORE_RESTORE_OPS = "ps_toolkit_before_restore_ops"
+
 log = logging.getLogger(__name__)
 
 
@@ -147,7 +151,7 @@ class SyncReleaseHook(tf.compat.v1.train.SessionRunHook):
 
 
 class SyncReplicasHook(tf.compat.v1.train.SessionRunHook):
-    """What ``SyncReplicasOptimizer.make_session_run_hook`` does, minus its recovery bug.
+    """What ``SyncReplicasOptimizer.make_session_run_hook`` does, minus its recovery bugs.
 
     TensorFlow's hook starts the chief's aggregating queue runner with the
     default close ops, so whenever the chief's session ends (a ps restart, a
@@ -156,12 +160,25 @@ class SyncReplicasHook(tf.compat.v1.train.SessionRunHook):
     'sync_token_q' is closed". This hook's queue runner never closes the queue,
     and treats the cancellation of its blocked step at session close as a
     normal end, not an error.
+
+    Recovery when a ps other than the token queues' restarts: nothing fails
+    for a replica blocked on its token queue, so the chief wakes them. When its
+    queue runner fails it puts a wake-up token in the chief's own queue (the
+    chief's step returns, and MonitoredSession re-creates the session for the
+    queue runner's error); on every (re-)created session it puts one in every
+    other replica's queue, as TensorFlow's chief refills its shared queue (their
+    next step fails on the restarted ps, or, when nothing was lost, re-waits
+    without pushing twice).
     """
 
     def __init__(self, optimizer, is_chief: bool, num_tokens: int = -1):
         self._optimizer = optimizer
         self._is_chief = is_chief
         self._num_tokens = num_tokens
+
+    @property
+    def optimizer(self):
+        return self._optimizer
 
     def begin(self):
         optimizer = self._optimizer
@@ -170,7 +187,10 @@ class SyncReplicasHook(tf.compat.v1.train.SessionRunHook):
         if self._is_chief:
             self._local_init_op = optimizer.chief_init_op
             stock = optimizer.get_chief_queue_runner()
-            self._queue_runner = tf.compat.v1.train.QueueRunner(
+            chief = optimizer.replica_index
+            self._wake_others_op = optimizer.wake_op([i for i in range(optimizer.total_num_replicas) if i != chief])
+            self._queue_runner = WakingQueueRunner(
+                optimizer.wake_op([chief]),
                 queue=stock.queue,
                 enqueue_ops=stock.enqueue_ops,
                 close_op=tf.no_op(name="keep_sync_token_queue_open"),
@@ -190,7 +210,49 @@ class SyncReplicasHook(tf.compat.v1.train.SessionRunHook):
         if self._init_tokens_op is not None:
             session.run(self._init_tokens_op)
         if self._queue_runner is not None:
+            session.run(self._wake_others_op)
             self._queue_runner.create_threads(session, coord=coord, daemon=True, start=True)
+
+
+class WakingQueueRunner(tf.compat.v1.train.QueueRunner):
+    """A queue runner that, when its op fails, runs ``wake_op`` after reporting the error to the coordinator.
+
+    The chief's aggregation runs in this thread while the chief's own step
+    waits for its token: without a wake-up the error reported here is never
+    seen, because the main thread never returns to check the coordinator.
+    """
+
+    def __init__(self, wake_op, **kwargs):
+        super().__init__(**kwargs)
+        self._wake_op = wake_op
+
+    def _run(self, sess, enqueue_op, coord=None):
+        if coord is None:
+            super()._run(sess, enqueue_op, coord)
+            return
+        super()._run(sess, enqueue_op, _WakeOnError(coord, lambda: self._wake(sess)))
+
+    def _wake(self, sess) -> None:
+        try:
+            sess.run(self._wake_op, options=tf.compat.v1.RunOptions(timeout_in_ms=5000))
+            log.info("the sync aggregation stopped on an error: woke the chief's step")
+        except Exception as err:  # the session may be closing; the error itself is already reported
+            log.warning("could not wake the chief's sync step: %s", str(err).splitlines()[0])
+
+
+class _WakeOnError:
+    """A coordinator seen through a queue runner: an error it reports is followed by a wake-up."""
+
+    def __init__(self, coord, wake):
+        self._coord = coord
+        self._wake = wake
+
+    def should_stop(self) -> bool:
+        return self._coord.should_stop()
+
+    def request_stop(self, ex=None) -> None:
+        self._coord.request_stop(ex)
+        self._wake()
 
 
 def quiet_cancelled_queue_runners() -> None:

@@ -104,8 +104,21 @@ def build(cluster: ClusterConfig, config: TrainConfig, definition: ModelDefiniti
             evaluation = final_evaluation_hook(definition, partitioner)
     if cluster.is_chief:
         strategies.log_placement_report(strategies.placement_report(num_ps=cluster.num_ps), log)
-    scaffold = tf.compat.v1.train.Scaffold(saver=tf.compat.v1.train.Saver(max_to_keep=5, sharded=True))
+    scaffold = tf.compat.v1.train.Scaffold(
+        saver=tf.compat.v1.train.Saver(max_to_keep=5, sharded=True),
+        ready_for_local_init_op=_ready_for_local_init(cluster, hooks),
+    )
     return TrainGraph(global_step, train_op, loss, hooks, evaluation, scaffold, multi_step, learning_rate)
+
+
+def _ready_for_local_init(cluster: ClusterConfig, hooks: list):
+    """For a sync replica other than the chief: the uninitialized variables, and the chief's aggregation
+    until its init has run (after a restore the variables are ready first). None: TensorFlow's default."""
+    sync = [hook for hook in hooks if isinstance(hook, SyncReplicasHook)]
+    if cluster.is_chief or not sync:
+        return None
+    variables = tf.compat.v1.report_uninitialized_variables(tf.compat.v1.global_variables())
+    return tf.concat([variables, sync[0].optimizer.aggregation_not_ready_op()], 0)
 
 
 def _log_levers_not_applied(config: TrainConfig) -> None:

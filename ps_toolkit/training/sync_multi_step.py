@@ -17,6 +17,10 @@ variables get sparse gradients (``sparse_names``: an embedding table's
 IndexedSlices, aggregated as a mean per row); a gradient of the other kind,
 or a variable without one, is refused when the loop is built.
 
+A wake-up token from the chief (``replica_tokens.WAKE_TOKEN``: its session
+was re-created, or its aggregation failed) ends the loop, so that the run
+returns to Python, where MonitoredSession notices a failed session.
+
 Why it cannot hang at the end: the loop also stops as soon as the global step
 reaches the last step, read on every iteration, so no replica asks for a
 token past the end of training; a replica already waiting for one is freed by
@@ -59,25 +63,25 @@ def multi_step(
     accumulators = sync_optimizer.accumulators()
     num_steps = tf.compat.v1.placeholder_with_default(tf.constant(steps_per_run, tf.int32), [], name="steps_per_run")
 
-    def body(i, _loss):
+    def body(i, _loss, _woken):
         loss, grads_and_vars = loss_and_gradients()
         _check_every_variable_has_a_gradient(grads_and_vars, accumulators, frozenset(sparse_names))
-        new_local_step = sync_optimizer.push_and_take_token(grads_and_vars)
+        new_local_step, woken = sync_optimizer.push_and_take_token_or_wake(grads_and_vars)
         with tf.control_dependencies([new_local_step]):
-            return i + 1, tf.cast(loss, tf.float32)
+            return i + 1, tf.cast(loss, tf.float32), tf.identity(woken)
 
-    def keep_going(i, _loss):
+    def keep_going(i, _loss, woken):
         with tf.compat.v1.device(global_step.device):
             not_done = global_step.read_value() < last_step
-        return tf.logical_and(i < num_steps, not_done)
+        return tf.logical_and(tf.logical_and(i < num_steps, not_done), tf.logical_not(woken))
 
     # TF1 control flow: the accumulators' handles are reference tensors, which a
     # TF2 (functional) loop cannot carry; a TF1 loop enters them as RefEnter.
     with tf1_control_flow():
-        steps_done, loss = tf.compat.v1.while_loop(
+        steps_done, loss, _ = tf.compat.v1.while_loop(
             keep_going,
             body,
-            [tf.constant(0), tf.constant(0.0)],
+            [tf.constant(0), tf.constant(0.0), tf.constant(False)],
             parallel_iterations=1,
             back_prop=False,
             name="sync_steps_per_run_loop",

@@ -21,14 +21,24 @@ name, so a restarted replica finds it again):
 - a replica's local init empties its queue, so that a restarted replica does
   not inherit the token its previous incarnation left (unless training is
   over: then the tokens waiting are release tokens, and a late replica takes
-  one and stops).
+  one and stops);
+- a token holding a step not above the replica's local step comes from an
+  update its push had no part in (one that ran between the local init's
+  drain and its global-step read) and is discarded, not taken;
+- each push is recorded on the ps (a queue per replica holding the local
+  step of its last push): a session whose local init finds its push for the
+  current step recorded (its previous incarnation's gradient is still in
+  the accumulators) stamps its next push -1, which every accumulator drops,
+  and so does a replica woken with no update since its push. The chief
+  forgets the records before it initializes or restores the model;
+- the chief wakes replicas blocked on their queues with ``WAKE_TOKEN``
+  (``ps_toolkit.training.hooks.SyncReplicasHook``): when a ps other than the queues'
+  restarts, nothing else would.
 
 So with ``replicas_to_aggregate`` equal to the number of replicas, every step
 averages one gradient from each, and a dead replica stops the job (the
 watchdog then ends it, retryably) instead of silently halving it. With backup
-replicas (fewer to aggregate than there are) the fastest make each step; a
-replica that was behind can, in a narrow race, give two gradients to one step,
-as every replica can in TensorFlow's design. More replicas to aggregate than
+replicas (fewer to aggregate than there are) the fastest make each step. More replicas to aggregate than
 there are (several gradients per replica per step) is refused.
 
 Accumulators, staleness checks, the chief's update and its init ops are
@@ -40,7 +50,11 @@ from __future__ import annotations
 
 import tensorflow as tf
 
-from ps_toolkit.training.hooks import release_tokens_op
+from ps_toolkit.training.hooks import BEFORE_RESTORE_OPS, release_tokens_op
+from ps_toolkit.training.multi_step import tf1_control_flow
+
+# A token no update puts: the chief sends it to wake replicas blocked on their queues.
+WAKE_TOKEN = -1
 
 
 class PerReplicaSyncOptimizer(tf.compat.v1.train.SyncReplicasOptimizer):
@@ -66,6 +80,7 @@ class PerReplicaSyncOptimizer(tf.compat.v1.train.SyncReplicasOptimizer):
         self._last_step = last_step
         self._accumulators: dict = {}
         self._token_queues: list = []
+        self._pushed_queues: list = []
 
     # What the replica's one-step train op needs, split so that ps_toolkit.training.sync_multi_step
     # can build the aggregation once and push and wait inside a loop body.
@@ -83,13 +98,10 @@ class PerReplicaSyncOptimizer(tf.compat.v1.train.SyncReplicasOptimizer):
         # The local step lives on this replica, not where the device setter puts variables.
         local_anchor = tf.no_op(name="sync_local_anchor")
         with tf.compat.v1.colocate_with(local_anchor):
-            self._local_step = tf.compat.v1.Variable(
-                0,
-                trainable=False,
-                collections=[tf.compat.v1.GraphKeys.LOCAL_VARIABLES],
-                dtype=global_step.dtype.base_dtype,
-                name="sync_rep_local_step",
-            )
+            self._local_step = _local_variable(0, global_step.dtype.base_dtype, "sync_rep_local_step")
+            # True while this replica's gradient for its local step is already in the
+            # accumulators (pushed by its previous incarnation or session): its next push is dropped.
+            self._skip_push = _local_variable(False, tf.bool, "sync_rep_skip_push")
         aggregated = []
         with tf.name_scope(self._name):
             for var in variables:
@@ -101,28 +113,54 @@ class PerReplicaSyncOptimizer(tf.compat.v1.train.SyncReplicasOptimizer):
         with tf.compat.v1.device(global_step.device), tf.compat.v1.name_scope(""):
             update_op = self._opt.apply_gradients(aggregated, global_step)
             self._token_queues = [self._token_queue(index, global_step) for index in range(self._total_num_replicas)]
+            self._pushed_queues = [self._pushed_queue(index, global_step) for index in range(self._total_num_replicas)]
+            self._ready_marker = self._pushed_queue("aggregation_ready", global_step)
             self._sync_token_queue = self._own_queue
             with tf.control_dependencies([update_op]):
                 step = global_step.read_value()
                 top_ups = [self._top_up(queue, step) for queue in self._token_queues]
             self._chief_queue_runner = tf.compat.v1.train.QueueRunner(self._own_queue, [tf.group(*top_ups)])
-            start_step = self._step_after_emptying_own_queue(global_step)
-        self.local_step_init_op = tf.compat.v1.assign(self._local_step, start_step)
+        self.local_step_init_op = self._local_init(global_step)
         self.ready_for_local_init_op = tf.compat.v1.report_uninitialized_variables(tf.compat.v1.global_variables())
         set_steps = []
         for accumulator, device in self._accumulator_list:
             with tf.compat.v1.device(device):
                 set_steps.append(accumulator.set_global_step(global_step, name="SetGlobalStep"))
-        self.chief_init_op = tf.group(self.local_step_init_op, *set_steps)
+        with tf.compat.v1.device(global_step.device), tf.control_dependencies(set_steps):
+            # Said only once the accumulators judge staleness by the restored step: a
+            # replica pushing before would have its gradient dropped against the old one.
+            aggregation_ready = _replace_contents(self._ready_marker, global_step.read_value())
+        self.chief_init_op = tf.group(self.local_step_init_op, aggregation_ready)
+        # No gradient pushed before a restore counts: pushes recorded then are forgotten.
+        tf.compat.v1.add_to_collection(BEFORE_RESTORE_OPS, self.forget_pushes_op())
         self._gradients_applied = True
 
+    def _local_init(self, global_step):
+        """Empties this replica's queue, adopts the global step, and skips its next push if it is recorded."""
+        with tf.compat.v1.device(global_step.device):
+            start_step = self._step_after_emptying_own_queue(global_step)
+            pending = tf.equal(_peek_last(self._pushed_queues[self._replica_index]), start_step)
+        return tf.group(
+            tf.compat.v1.assign(self._local_step, start_step), tf.compat.v1.assign(self._skip_push, pending)
+        )
+
     def push_and_take_token(self, grads_and_vars):
-        """Pushes the gradients stamped with the local step, waits for this replica's token; returns the new step.
+        """Pushes the gradients stamped with the local step, waits for this replica's token; returns the new step."""
+        return self.push_and_take_token_or_wake(grads_and_vars)[0]
+
+    def push_and_take_token_or_wake(self, grads_and_vars):
+        """(new local step, woken): pushes the gradients, records the push, waits for a token this push earned.
 
         Reads the local step where it is called: inside a loop body, each
-        iteration stamps its push with the step its last token gave.
+        iteration stamps its push with the step its last token gave. A push
+        made while ``skip_push`` is set is stamped -1, which every accumulator
+        drops as stale: this replica's gradient for that step is already there.
+        ``woken`` is true when the token was a wake-up (``WAKE_TOKEN``) from the
+        chief, not an update: the caller should return to Python, where a
+        failed or re-created session is noticed.
         """
-        stamp = self._local_step.read_value()
+        local = self._local_step.read_value()
+        stamp = tf.where(self._skip_push.read_value(), tf.constant(-1, local.dtype), local)
         pushes = []
         for grad, var in grads_and_vars:
             with tf.compat.v1.device(var.device):
@@ -133,10 +171,45 @@ class PerReplicaSyncOptimizer(tf.compat.v1.train.SyncReplicasOptimizer):
                     pushes.append(accumulator.apply_grad(grad, local_step=stamp))
         with tf.compat.v1.device(self._global_step.device):
             with tf.control_dependencies(pushes):
-                token = self._own_queue.dequeue()
+                recorded = _replace_contents(self._pushed_queues[self._replica_index], local)
+            with tf.control_dependencies([recorded]):
+                token = self._take_earned_token(local)
             with tf.control_dependencies([token]):
                 step = self._global_step.read_value()
-        return tf.compat.v1.assign(self._local_step, step)
+        # No update since this push (a wake-up): the gradient is still in the accumulators.
+        skip_next = tf.compat.v1.assign(self._skip_push, tf.equal(step, local))
+        with tf.control_dependencies([skip_next]):
+            return tf.compat.v1.assign(self._local_step, step), token < 0
+
+    def wake_op(self, replicas):
+        """Tops up the queues of ``replicas`` (indices) with a wake-up token, unless a token already waits there."""
+        with tf.compat.v1.device(self._global_step.device):
+            wake = tf.constant(WAKE_TOKEN, self._global_step.dtype.base_dtype)
+            return tf.group(*(self._top_up(self._token_queues[index], wake) for index in replicas))
+
+    def forget_pushes_op(self):
+        """Empties every replica's push record and the chief's aggregation-ready mark: run before a restore."""
+        with tf.compat.v1.device(self._global_step.device):
+            queues = [*self._pushed_queues, self._ready_marker]
+            return tf.group(*(queue.dequeue_many(queue.size()) for queue in queues))
+
+    def aggregation_not_ready_op(self):
+        """A 1-D string tensor naming the chief's aggregation until its init has run, else empty.
+
+        For the other replicas' readiness check: after a restore the variables
+        are ready before the chief has set its accumulators' step.
+        """
+        with tf.compat.v1.device(self._global_step.device):
+            missing = tf.cast(tf.equal(self._ready_marker.size(), 0), tf.int32)
+            return tf.constant(["the chief's sync aggregation (its accumulators' step)"])[:missing]
+
+    @property
+    def replica_index(self) -> int:
+        return self._replica_index
+
+    @property
+    def total_num_replicas(self) -> int:
+        return self._total_num_replicas
 
     def apply_gradients(self, grads_and_vars, global_step=None, name=None):
         """TensorFlow's replica train op, with per-replica tokens; variables without a gradient are left alone."""
@@ -182,6 +255,42 @@ class PerReplicaSyncOptimizer(tf.compat.v1.train.SyncReplicasOptimizer):
         with tf.control_dependencies([leftover]):
             return global_step.read_value()
 
+    def _take_earned_token(self, local_step):
+        """Dequeues from this replica's queue until a token that an update after ``local_step`` put there.
+
+        A token holding a step not above ``local_step`` was put there before
+        this replica's push (its previous incarnation's, caught between its
+        local init's drain and its global-step read): taking it would let the
+        replica push twice for one step. Wake-ups and release tokens (at or
+        past ``last_step``) are always taken.
+        """
+        queue = self._own_queue
+
+        def spare(token):
+            earned = tf.logical_or(token < 0, token > local_step)
+            if self._last_step is not None:
+                earned = tf.logical_or(earned, token >= self._last_step)
+            return tf.logical_not(earned)
+
+        with tf1_control_flow():
+            return tf.compat.v1.while_loop(
+                spare, lambda _: queue.dequeue(), [queue.dequeue()], back_prop=False, name="take_earned_token"
+            )
+
+    @staticmethod
+    def _pushed_queue(index, global_step):
+        """Replica ``index``'s push record: the local step of its last push, kept on the ps across its restarts.
+
+        The same kind of one-value queue, indexed "aggregation_ready", is the chief's mark.
+        """
+        return tf.queue.FIFOQueue(
+            -1,
+            global_step.dtype.base_dtype,
+            shapes=[()],
+            name=f"sync_pushed_step_{index}",
+            shared_name=f"ps_toolkit_sync_pushed_step_replica_{index}",
+        )
+
     @property
     def _own_queue(self):
         return self._token_queues[self._replica_index]
@@ -201,3 +310,23 @@ class PerReplicaSyncOptimizer(tf.compat.v1.train.SyncReplicasOptimizer):
         """Enqueues a token holding ``step`` unless the queue already holds one; only the chief enqueues."""
         missing = tf.maximum(0, 1 - queue.size())
         return queue.enqueue_many([tf.fill([missing], step)])
+
+
+def _local_variable(initial, dtype, name: str):
+    return tf.compat.v1.Variable(
+        initial, trainable=False, collections=[tf.compat.v1.GraphKeys.LOCAL_VARIABLES], dtype=dtype, name=name
+    )
+
+
+def _peek_last(queue):
+    """The largest value in a queue holding at most one (a push record), -2 when empty; the queue is unchanged."""
+    values = queue.dequeue_many(queue.size())
+    with tf.control_dependencies([queue.enqueue_many([values])]):
+        return tf.reduce_max(tf.concat([values, tf.constant([-2], values.dtype)], 0))
+
+
+def _replace_contents(queue, value):
+    """Empties ``queue`` and enqueues ``value``: the queue then holds just ``value``."""
+    emptied = queue.dequeue_many(queue.size())
+    with tf.control_dependencies([emptied]):
+        return queue.enqueue(value)
