@@ -356,10 +356,11 @@ class Supervisor:
             return
         self._space_checked_at = now
         try:
-            free = os.statvfs(self._log_dir).f_bavail
+            space = os.statvfs(self._log_dir)
         except OSError:
             return
-        if free == 0:
+        # Root may write into the blocks a file system reserves; everyone else may not.
+        if (space.f_bfree if os.geteuid() == 0 else space.f_bavail) == 0:
             self._log_warning(OSError(errno.ENOSPC, os.strerror(errno.ENOSPC)))
 
     def _show_status(self) -> None:
