@@ -97,6 +97,11 @@ class ConsoleFilter:
     Keras's Python files, absl's "before InitializeLog" preamble, the lines that
     continue a hidden message, and progress records (the status line and the
     chart show them).
+
+    On the merged ``LOG`` stream a line that continues a hidden message is
+    only recognised within one read (``end_of_read``): a message is written
+    in one write, while the task's own print that follows it is a write of
+    its own, usually read later. A result line is always shown.
     """
 
     def __init__(self):
@@ -114,12 +119,16 @@ class ConsoleFilter:
                 shown = level == "F"
         elif line.startswith(_ABSL_PREAMBLE):
             shown = False
-        elif _ALWAYS_SHOWN.search(line):
+        elif _ALWAYS_SHOWN.search(line) or parse_result(line) is not None:
             shown = True
         else:
             return self._showing[stream]  # a message's next line: as its first line
         self._showing[stream] = shown
         return shown
+
+    def end_of_read(self, stream: str) -> None:
+        """What ``stream`` said so far has been read: the next plain line starts a message of its own."""
+        self._showing[stream] = True
 
 
 # What a script of its own (a legacy one) prints about its progress and result, e.g.
@@ -180,6 +189,8 @@ class TaskOutput:
         self._partial[stream] = lines.pop()
         for raw in lines:
             self._line(stream, raw)
+        if stream == LOG:
+            self._console.end_of_read(LOG)
 
     def _line(self, stream: str, raw: bytes) -> None:
         line = raw.decode("utf-8", "replace").rstrip("\r")

@@ -179,3 +179,22 @@ def test_the_reaper_kills_the_sessions_it_was_told_of_when_its_pipe_closes():
         if victim.poll() is None:
             victim.kill()
             victim.wait()
+
+
+def test_the_merged_log_shows_what_the_separate_streams_showed():
+    """A hidden message's next lines come in its own write; the task's print after it, read later, is shown."""
+    echoed = []
+    output = TaskOutput("worker:0", open(os.devnull, "ab", buffering=0), echoed.append, tailed=True)  # noqa: SIM115
+    warning = b"W1123 06:12:58.910455 1398 deprecation.py:50] From x.py:67: calling\nInstructions for updating:\n"
+    output.feed(LOG, warning + b"back_prop=False is deprecated.\n")
+    output.feed(LOG, b"Step: 100, accuracy 0.91\n")  # a legacy script's print, a read later
+    grpc = b"W0000 00:00:1795414382.050966   11283 master_session.cc:2166] UNAVAILABLE: Socket closed\n"
+    output.feed(LOG, grpc + b"Additional GRPC error information from remote target /job:ps\n")
+    output.feed(LOG, grpc + b'{"job": "worker", "task": 0, "local_steps": 580, "final_loss": 0.1}\n')  # in one read
+    output.close()
+    assert echoed == [
+        "[worker:0] Step: 100, accuracy 0.91",
+        '[worker:0] {"job": "worker", "task": 0, "local_steps": 580, "final_loss": 0.1}',
+    ]
+    assert output.result == {"job": "worker", "task": 0, "local_steps": 580, "final_loss": 0.1}
+    assert output.printed_accuracy == 0.91
