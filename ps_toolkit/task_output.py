@@ -60,6 +60,9 @@ def parse_result(line: str | None) -> dict | None:
 _LOG_LINE = re.compile(r"^([IWEF])\d{4} \d\d:\d\d:\d+\.\d+\s+\d+\s+([^\s:\]]+):\d+\] ")
 _ABSL_PREAMBLE = "WARNING: All log messages before absl::InitializeLog() is called are written to STDERR"
 _ALWAYS_SHOWN = re.compile(r"^(Traceback \(most recent call last\)|watchdog: )|: error: ")
+# A library's Python logging in the default format: "INFO:tensorflow:Graph was finalized." (absl repeats it
+# in its own format, with the source file, on the next line).
+_LIBRARY_LOGGING = re.compile(r"^(DEBUG|INFO|WARNING|ERROR|CRITICAL):(tensorflow|absl|keras|tf_keras)\b")
 _LIBRARIES = ("tensorflow", "absl", "tf_keras", "keras")
 
 
@@ -87,6 +90,15 @@ def _library_files() -> frozenset[str]:
     return frozenset(names - _toolkit_files())
 
 
+def _json_object(line: str) -> bool:
+    if not line.startswith("{"):
+        return False
+    try:
+        return isinstance(json.loads(line), dict)
+    except ValueError:
+        return False
+
+
 class ConsoleFilter:
     """Decides which task lines the console shows; the log file always gets every line.
 
@@ -101,7 +113,8 @@ class ConsoleFilter:
     On the merged ``LOG`` stream a line that continues a hidden message is
     only recognised within one read (``end_of_read``): a message is written
     in one write, while the task's own print that follows it is a write of
-    its own, usually read later. A result line is always shown.
+    its own, usually read later. A JSON object line (the toolkit's results) is
+    always shown.
     """
 
     def __init__(self):
@@ -117,9 +130,9 @@ class ConsoleFilter:
                 shown = source in _toolkit_files() or source not in _library_files()
             else:
                 shown = level == "F"
-        elif line.startswith(_ABSL_PREAMBLE):
+        elif line.startswith(_ABSL_PREAMBLE) or _LIBRARY_LOGGING.match(line):
             shown = False
-        elif _ALWAYS_SHOWN.search(line) or parse_result(line) is not None:
+        elif _ALWAYS_SHOWN.search(line) or _json_object(line):
             shown = True
         else:
             return self._showing[stream]  # a message's next line: as its first line

@@ -190,6 +190,7 @@ def test_the_merged_log_shows_what_the_separate_streams_showed():
     output.feed(LOG, b"Step: 100, accuracy 0.91\n")  # a legacy script's print, a read later
     grpc = b"W0000 00:00:1795414382.050966   11283 master_session.cc:2166] UNAVAILABLE: Socket closed\n"
     output.feed(LOG, grpc + b"Additional GRPC error information from remote target /job:ps\n")
+    output.feed(LOG, b"INFO:tensorflow:Graph was finalized.\n")  # TensorFlow's logging in Python's format
     output.feed(LOG, grpc + b'{"job": "worker", "task": 0, "local_steps": 580, "final_loss": 0.1}\n')  # in one read
     output.close()
     assert echoed == [
@@ -198,3 +199,13 @@ def test_the_merged_log_shows_what_the_separate_streams_showed():
     ]
     assert output.result == {"job": "worker", "task": 0, "local_steps": 580, "final_loss": 0.1}
     assert output.printed_accuracy == 0.91
+
+
+def test_a_ps_result_after_shutdown_noise_in_the_same_read_is_its_last_line():
+    echoed = []
+    output = TaskOutput("ps:0", open(os.devnull, "ab", buffering=0), echoed.append, tailed=True)  # noqa: SIM115
+    noise = b"I0000 00:00:1795426745.1   27241 grpc_server_lib.cc:1] Server shutting down\nmore of it\n"
+    output.feed(LOG, noise + b'{"job": "ps", "task": 0, "replicas_done": 2}\n')
+    output.close()
+    assert echoed == ['[ps:0] {"job": "ps", "task": 0, "replicas_done": 2}']
+    assert output.last_stdout_line == '{"job": "ps", "task": 0, "replicas_done": 2}'
