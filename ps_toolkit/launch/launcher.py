@@ -4,6 +4,12 @@
 ports, starts every task (see ``supervisor``), relaunches the whole cluster on
 fresh ports when a task finds its port taken, and at the end writes a summary
 table and a progress chart into the run folder.
+
+Its own output never holds the run up: the console is best-effort
+(``console_stream``: a reader that is slow or gone costs lines, not progress),
+and a log folder that cannot be written (a full disk) costs one warning line.
+What the tasks started dies with the run, even when the launcher is SIGKILLed
+(``lifecycle.RunReaper``).
 """
 
 from __future__ import annotations
@@ -12,16 +18,19 @@ import dataclasses
 import os
 import signal
 import socket
+import sys
 import threading
 from collections.abc import Mapping
 
 from ps_toolkit.base import paths
 from ps_toolkit.base.errors import EXIT_PORT_IN_USE, ConfigError
 from ps_toolkit.launch import charts
+from ps_toolkit.launch.console_stream import BestEffortStream
 from ps_toolkit.launch.ports import reserve_ports
 from ps_toolkit.launch.status import Console, summary_table
-from ps_toolkit.launch.supervisor import Policy, Supervisor
+from ps_toolkit.launch.supervisor import LogFolderWarning, Policy, Supervisor
 from ps_toolkit.launch.task_plan import Topology, plan_tasks, task_env
+from ps_toolkit.process import lifecycle
 from ps_toolkit.process.fork_client import START_METHODS, TaskStarter
 
 CHART_FILE = "progress.png"
@@ -93,9 +102,40 @@ def make_run_dir(log_dir: str | None) -> str:
 
 def launch(options: LaunchOptions, console: Console | None = None) -> RunResult:
     """Runs a local cluster to its end and reports; see the module docstring."""
-    console = console or Console()
+    stream = _best_effort_stdout() if console is None else None
+    console = console or Console(stream or sys.stdout)
+    try:
+        return _launch(options, console)
+    finally:
+        if stream is not None:
+            stream.close()
+
+
+def _best_effort_stdout() -> BestEffortStream | None:
+    """sys.stdout made best-effort, or None when it has no file descriptor (a test's capture)."""
+    try:
+        return BestEffortStream(sys.stdout)
+    except (OSError, ValueError, AttributeError):  # io.UnsupportedOperation is both of the first two
+        return None
+
+
+def _launch(options: LaunchOptions, console: Console) -> RunResult:
     log_dir = make_run_dir(options.log_dir)
     console.line(f"launcher: run folder {log_dir}")
+    log_warning = LogFolderWarning(log_dir, console.line)
+    reaper = lifecycle.RunReaper()
+    try:
+        outcome = _attempts(options, console, log_dir, log_warning, reaper.add)
+    finally:
+        reaper.close()
+    try:
+        return _report(outcome, log_dir, console, log_warning)
+    finally:
+        paths.release_run_dir(log_dir)
+
+
+def _attempts(options: LaunchOptions, console: Console, log_dir: str, log_warning, on_start):
+    """Runs the cluster, again on fresh ports after a port conflict (at most ``port_attempts`` times)."""
     # Addresses the user gave cannot be redrawn: a port clash on them is final.
     policy = dataclasses.replace(options.policy, retry_port_conflicts=not options.topology.explicit)
     env = task_env(options.env)
@@ -108,7 +148,14 @@ def launch(options: LaunchOptions, console: Console | None = None) -> RunResult:
                 plans = plan_tasks(jobs, options.command, base_env=env)
                 console.line("launcher: cluster " + ", ".join(f"{p.name}={p.address}" for p in plans))
                 supervisor = Supervisor(
-                    plans, log_dir=log_dir, policy=policy, console=console, quiet=options.quiet, starter=starter
+                    plans,
+                    log_dir=log_dir,
+                    policy=policy,
+                    console=console,
+                    quiet=options.quiet,
+                    starter=starter,
+                    log_warning=log_warning,
+                    on_start=on_start,
                 )
                 outcome = supervisor.run(signal_fd=signal_fd)
             finally:
@@ -121,18 +168,19 @@ def launch(options: LaunchOptions, console: Console | None = None) -> RunResult:
         else:
             outcome.message += f"; gave up after {options.port_attempts} attempts"
             outcome.exit_code = EXIT_PORT_IN_USE
-    try:
-        return _report(outcome, log_dir, console)
-    finally:
-        paths.release_run_dir(log_dir)
+    return outcome
 
 
-def _report(outcome, log_dir: str, console: Console) -> RunResult:
+def _report(outcome, log_dir: str, console: Console, log_warning: LogFolderWarning) -> RunResult:
     table = summary_table(outcome.rows) + _last_lines(outcome.outputs)
     verdict = ("succeeded: " if outcome.succeeded else "FAILED: ") + outcome.message + _scores(outcome.outputs)
-    paths.write_file_nofollow(os.path.join(log_dir, SUMMARY_FILE), table + "\n\n" + verdict + "\n")
     chart = os.path.join(log_dir, CHART_FILE)
-    drawn = charts.write_progress_chart({n: o.progress for n, o in outcome.outputs.items()}, chart)
+    drawn = False
+    try:
+        paths.write_file_nofollow(os.path.join(log_dir, SUMMARY_FILE), table + "\n\n" + verdict + "\n")
+        drawn = charts.write_progress_chart({n: o.progress for n, o in outcome.outputs.items()}, chart)
+    except OSError as err:  # the console still gets the table and the verdict
+        log_warning(err)
     console.line(table)
     if drawn:
         console.line(f"launcher: chart {chart}")

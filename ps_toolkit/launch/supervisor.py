@@ -1,8 +1,10 @@
 """Runs one local cluster to its end: starts tasks, watches them, applies the policies.
 
-One event loop owns every task process. It waits on the tasks' output pipes,
-their pidfds (exits) and a signal wake-up fd with a bounded timeout, never on
-a sleep. Policies: success (the chief, or all workers, finished with 0), restart
+One event loop owns every task process. It waits on the tasks' pidfds (exits)
+and a signal wake-up fd with a bounded timeout, never on a sleep, and reads
+what the tasks appended to their log files each time it wakes (at least every
+``TAIL_SECS``). A task writes its output into its log file itself, so it never
+waits on the launcher. Policies: success (the chief, or all workers, finished with 0), restart
 in place on failure, scheduled SIGKILL drills, and teardown of everything that
 is still running once the run is decided.
 """
@@ -10,6 +12,7 @@ is still running once the run is decided.
 from __future__ import annotations
 
 import dataclasses
+import errno
 import os
 import selectors
 import signal
@@ -22,14 +25,15 @@ from ps_toolkit.base.errors import EXIT_CONFIG, EXIT_ENVIRONMENT, EXIT_PORT_IN_U
 from ps_toolkit.cluster.config import CHIEF, PS, WORKER
 from ps_toolkit.launch.drills import DrillSchedule
 from ps_toolkit.launch.status import Console, StepRate, SummaryRow, describe_exit, exit_status_cell, status_text
-from ps_toolkit.launch.task_output import TaskOutput
+from ps_toolkit.launch.task_output import LogTail, TaskOutput
 from ps_toolkit.launch.task_plan import TaskPlan
 from ps_toolkit.process import lifecycle
 from ps_toolkit.process.fork_client import TaskStarter
 
-# How long to keep reading a task's output after it exited (a descendant may hold the pipe).
-_DRAIN_SECS = 2.0
-_READ_BYTES = 1 << 16
+# How often the event loop reads the tasks' new log lines (the console's echo lags by at most this).
+TAIL_SECS = 0.2
+# How often the log folder's free space is checked.
+_SPACE_CHECK_SECS = 1.0
 
 
 SUCCESS_POLICIES = ("chief", "all_workers")
@@ -76,11 +80,41 @@ class Outcome:
     outputs: dict = dataclasses.field(default_factory=dict)
 
 
+class LogFolderWarning:
+    """Says once per run, on the console, that the log folder cannot be written (full disk, say).
+
+    Task output and the launcher's notes that do not fit are lost; the run goes on.
+    """
+
+    def __init__(self, log_dir: str, line: Callable[[str], None]):
+        self._log_dir, self._line = log_dir, line
+        self.given = False
+
+    def __call__(self, err: OSError) -> None:
+        if not self.given:
+            self.given = True
+            self._line(
+                f"launcher: warning: cannot write to the log folder {self._log_dir} ({err.strerror or err}): "
+                "task output that does not fit is lost; the run goes on"
+            )
+
+
+def _open_log(path: str, warn: LogFolderWarning):
+    """The log file a task writes (unbuffered, appended to); /dev/null when it cannot be opened."""
+    try:
+        return open(path, "ab", buffering=0)  # noqa: SIM115 - TaskOutput closes it
+    except OSError as err:
+        warn(err)
+        return open(os.devnull, "ab", buffering=0)  # noqa: SIM115
+
+
 class _Task:
     """A task's process and its history across restarts."""
 
-    def __init__(self, plan: TaskPlan, output: TaskOutput, log_path: str):
+    def __init__(self, plan: TaskPlan, output: TaskOutput, log, log_path: str):
         self.plan, self.output, self.log_path = plan, output, log_path
+        self.log = log  # the task's stdout and stderr
+        self.tail = LogTail(log.name, output)
         self.popen: subprocess.Popen | None = None  # or a fork_client.ForkedProcess, used the same way
         self.state = "pending"
         self.restarts = 0
@@ -107,6 +141,8 @@ class Supervisor:
         console: Console,
         quiet: bool,
         starter: TaskStarter | None = None,
+        log_warning: LogFolderWarning | None = None,
+        on_start: Callable[[int], None] | None = None,
     ):
         self._policy = policy
         self._console = console
@@ -114,10 +150,17 @@ class Supervisor:
         self._starter = starter or TaskStarter(note=console.line)
         self._selector = selectors.DefaultSelector()
         self._tasks: dict[str, _Task] = {}
+        self._log_dir = log_dir
+        self._log_warning = log_warning or LogFolderWarning(log_dir, console.line)
+        # Told each task's pid (its session) once it runs: a reaper that outlives this process kills the sessions.
+        self._on_start = on_start
         echo = None if quiet else console.line
         for plan in plans:
             path = os.path.join(log_dir, f"{plan.job}-{plan.index}.log")
-            self._tasks[plan.name] = _Task(plan, TaskOutput(plan.name, open(path, "ab"), echo), path)  # noqa: SIM115
+            log = _open_log(path, self._log_warning)
+            output = TaskOutput(plan.name, log, echo, tailed=True, on_log_error=self._log_warning)
+            self._tasks[plan.name] = _Task(plan, output, log, path)
+        self._space_checked_at = float("-inf")
         self._outcome: Outcome | None = None
         self._restarts_allowed = True
         self._rate = StepRate()
@@ -148,10 +191,10 @@ class Supervisor:
                 self._wind_down()
         finally:
             self._stop([t for t in self._tasks.values() if t.alive])
-            # Descendants of tasks that already exited may linger in their process groups.
+            # Descendants of tasks that already exited may linger in their sessions.
             lifecycle.stop_trees([t.popen for t in self._tasks.values() if t.popen], 0.0)
             for task in self._tasks.values():
-                self._drain(task, time.monotonic() + _DRAIN_SECS)
+                task.tail.finish()
                 task.output.close()
             if signal_fd is not None:
                 self._selector.unregister(signal_fd)
@@ -180,16 +223,14 @@ class Supervisor:
             now = time.monotonic()
             if deadline is not None and now >= deadline:
                 return
-            bound = self._console.status_interval
+            bound = min(self._console.status_interval, TAIL_SECS)
             if deadline is not None:
                 bound = min(bound, deadline - now)
             for key, _ in self._selector.select(timeout=max(0.0, min(bound, self._drills.next_at() - now))):
-                kind, task, stream = key.data
-                if kind == "signal":
-                    if self._on_signal():
-                        return
-                elif kind == "pipe":
-                    self._read(task, stream, key.fd)
+                if key.data[0] == "signal" and self._on_signal():
+                    return
+            for task in self._tasks.values():
+                task.tail.pump()
             self._run_drills()
             for task in self._tasks.values():
                 if task.popen is not None and task.state in ("running",) and task.popen.poll() is not None:
@@ -206,28 +247,19 @@ class Supervisor:
         self._stop([t for t in self._tasks.values() if t.alive])
         return True
 
-    def _read(self, task: _Task, stream: str, fd: int) -> None:
-        data = os.read(fd, _READ_BYTES)
-        task.output.feed(stream, data)
-        if not data:
-            self._selector.unregister(fd)
-
     # Task life cycle.
     def _start(self, task: _Task) -> None:
         task.output.note(f"{'start' if task.restarts == 0 else f'restart {task.restarts}'}: {' '.join(task.plan.argv)}")
         try:
-            task.popen = self._starter.start(
-                task.plan.argv, env=task.plan.env, stdout=subprocess.PIPE, stderr=subprocess.PIPE
-            )
+            task.popen = self._starter.start(task.plan.argv, env=task.plan.env, stdout=task.log, stderr=task.log)
         except OSError as err:  # the command does not exist or cannot be run: bad input
             task.state = "not started"
             self._decide(False, f"cannot start {task.plan.name}: {task.plan.argv[0]}: {err.strerror}", EXIT_CONFIG)
             return
         task.started_at = time.monotonic()
         task.state = "running"
-        for stream in ("stdout", "stderr"):
-            pipe = getattr(task.popen, stream)
-            self._selector.register(pipe.fileno(), selectors.EVENT_READ, ("pipe", task, stream))
+        if self._on_start is not None:
+            self._on_start(task.popen.pid)
         pidfd = lifecycle.pid_fd(task.popen)
         if pidfd is not None:
             self._selector.register(pidfd, selectors.EVENT_READ, ("exit", task, None))
@@ -287,32 +319,13 @@ class Supervisor:
             self._decide(True, f"the chief ({chief.plan.name}) finished with status 0", 0)
 
     def _release(self, task: _Task) -> None:
-        """Reads the rest of an exited task's output and closes its pipes and pidfd."""
+        """Reads what an exited task wrote last (its tail of the log) and closes its pidfd."""
         task.run_secs += time.monotonic() - task.started_at
         if task.pidfd is not None:
             self._selector.unregister(task.pidfd)
             os.close(task.pidfd)
             task.pidfd = None
-        self._drain(task, time.monotonic() + _DRAIN_SECS)
-
-    def _drain(self, task: _Task, deadline: float) -> None:
-        if task.popen is None:
-            return
-        streams = [(name, getattr(task.popen, name)) for name in ("stdout", "stderr")]
-        pipes = {pipe.fileno(): (name, pipe) for name, pipe in streams if pipe and not pipe.closed}
-        open_fds = [fd for fd in pipes if fd in self._selector.get_map()]
-        with selectors.DefaultSelector() as drain:
-            for fd in open_fds:
-                self._selector.unregister(fd)
-                drain.register(fd, selectors.EVENT_READ, pipes[fd][0])
-            while drain.get_map() and time.monotonic() < deadline:
-                for key, _ in drain.select(timeout=max(0.0, deadline - time.monotonic())):
-                    data = os.read(key.fd, _READ_BYTES)
-                    task.output.feed(key.data, data)
-                    if not data:
-                        drain.unregister(key.fd)
-        for _, pipe in pipes.values():
-            pipe.close()
+        task.tail.pump()
 
     def _stop(self, tasks: list[_Task]) -> None:
         if not tasks:
@@ -338,8 +351,22 @@ class Supervisor:
             lifecycle.kill_tree(task.popen, signal.SIGKILL)
 
     # Reporting.
+    def _check_log_space(self, now: float) -> None:
+        """Warns (once) when the log folder's disk is full: the tasks' own writes then fail unseen."""
+        if now - self._space_checked_at < _SPACE_CHECK_SECS or self._log_warning.given:
+            return
+        self._space_checked_at = now
+        try:
+            space = os.statvfs(self._log_dir)
+        except OSError:
+            return
+        # Root may write into the blocks a file system reserves; everyone else may not.
+        if (space.f_bfree if os.geteuid() == 0 else space.f_bavail) == 0:
+            self._log_warning(OSError(errno.ENOSPC, os.strerror(errno.ENOSPC)))
+
     def _show_status(self) -> None:
         now = time.monotonic()
+        self._check_log_space(now)
         steps = [t.output.progress[-1].get("global_step") for t in self._tasks.values() if t.output.progress]
         steps = [s for s in steps if isinstance(s, int)]
         if steps:

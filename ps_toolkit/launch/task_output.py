@@ -1,11 +1,13 @@
 """A task's output: its log file, its console lines, and the progress it reports.
 
-Each line a task prints goes to its log file and, prefixed with the task
-(``[worker:1] ...``), to the console when ``ConsoleFilter`` lets it: the
-toolkit's own lines and the task's plain output, not TensorFlow's (see
+A task launched by the launcher writes its stdout and stderr straight into its
+log file (``LOG``: one stream, in the order written), so it never waits on the
+launcher; ``LogTail`` reads what it appends. Each line then goes, prefixed with
+the task (``[worker:1] ...``), to the console when ``ConsoleFilter`` lets it:
+the toolkit's own lines and the task's plain output, not TensorFlow's (see
 there). Lines that start with the progress prefix are parsed into records
 (global step, loss, steps/s) for the status line and the chart; a worker's
-last stdout line, a JSON object, is its final result.
+last plain output line, a JSON object, is its final result.
 """
 
 from __future__ import annotations
@@ -21,6 +23,13 @@ from collections.abc import Callable
 from ps_toolkit.base.task_lines import PROGRESS_PREFIX
 
 TAIL_LINES = 20
+# The stream name of a log file that a task writes both its stdout and stderr into.
+LOG = "log"
+# What one LogTail.pump reads at most, so that one chatty task cannot hold up the event loop.
+PUMP_BYTES = 4 << 20
+# At the end, more unread output than this is skipped, but for its last TAIL_KEEP_BYTES.
+FINISH_BYTES = 64 << 20
+TAIL_KEEP_BYTES = 1 << 20
 
 
 def parse_progress(line: str) -> dict | None:
@@ -52,6 +61,9 @@ def parse_result(line: str | None) -> dict | None:
 _LOG_LINE = re.compile(r"^([IWEF])\d{4} \d\d:\d\d:\d+\.\d+\s+\d+\s+([^\s:\]]+):\d+\] ")
 _ABSL_PREAMBLE = "WARNING: All log messages before absl::InitializeLog() is called are written to STDERR"
 _ALWAYS_SHOWN = re.compile(r"^(Traceback \(most recent call last\)|watchdog: )|: error: ")
+# A library's Python logging in the default format: "INFO:tensorflow:Graph was finalized." (absl repeats it
+# in its own format, with the source file, on the next line).
+_LIBRARY_LOGGING = re.compile(r"^(DEBUG|INFO|WARNING|ERROR|CRITICAL):(tensorflow|absl|keras|tf_keras)\b")
 _LIBRARIES = ("tensorflow", "absl", "tf_keras", "keras")
 
 
@@ -80,6 +92,15 @@ def _library_files() -> frozenset[str]:
     return frozenset(names - _toolkit_files())
 
 
+def _json_object(line: str) -> bool:
+    if not line.startswith("{"):
+        return False
+    try:
+        return isinstance(json.loads(line), dict)
+    except ValueError:
+        return False
+
+
 class ConsoleFilter:
     """Decides which task lines the console shows; the log file always gets every line.
 
@@ -90,10 +111,16 @@ class ConsoleFilter:
     Keras's Python files, absl's "before InitializeLog" preamble, the lines that
     continue a hidden message, and progress records (the status line and the
     chart show them).
+
+    On the merged ``LOG`` stream a line that continues a hidden message is
+    only recognised within one read (``end_of_read``): a message is written
+    in one write, while the task's own print that follows it is a write of
+    its own, usually read later. A JSON object line (the toolkit's results) is
+    always shown.
     """
 
     def __init__(self):
-        self._showing = {"stdout": True, "stderr": True}
+        self._showing = {"stdout": True, "stderr": True, LOG: True}
 
     def shows(self, stream: str, line: str) -> bool:
         if line.startswith(PROGRESS_PREFIX):
@@ -105,14 +132,18 @@ class ConsoleFilter:
                 shown = source in _toolkit_files() or source not in _library_files()
             else:
                 shown = level == "F"
-        elif line.startswith(_ABSL_PREAMBLE):
+        elif line.startswith(_ABSL_PREAMBLE) or _LIBRARY_LOGGING.match(line):
             shown = False
-        elif _ALWAYS_SHOWN.search(line):
+        elif _ALWAYS_SHOWN.search(line) or _json_object(line):
             shown = True
         else:
             return self._showing[stream]  # a message's next line: as its first line
         self._showing[stream] = shown
         return shown
+
+    def end_of_read(self, stream: str) -> None:
+        """What ``stream`` said so far has been read: the next plain line starts a message of its own."""
+        self._showing[stream] = True
 
 
 # What a script of its own (a legacy one) prints about its progress and result, e.g.
@@ -130,12 +161,25 @@ class TaskOutput:
         out.progress[-1]["global_step"]   # 3
     """
 
-    def __init__(self, name: str, log_file, echo: Callable[[str], None] | None):
+    def __init__(
+        self,
+        name: str,
+        log_file,
+        echo: Callable[[str], None] | None,
+        *,
+        tailed: bool = False,
+        on_log_error: Callable[[OSError], None] | None = None,
+    ):
         self.name = name
         self._log = log_file
         self._echo = echo
+        # tailed: the task writes ``log_file`` itself and its lines come back through feed(LOG, ...);
+        # the launcher's own notes in it are then skipped when they come back.
+        self._tailed = tailed
+        self._notes: collections.Counter[str] = collections.Counter()
+        self._on_log_error = on_log_error
         self._console = ConsoleFilter()
-        self._partial = {"stdout": b"", "stderr": b""}
+        self._partial = {"stdout": b"", "stderr": b"", LOG: b""}
         self.progress: list[dict] = []
         self.tail: collections.deque[str] = collections.deque(maxlen=TAIL_LINES)
         self.last_stdout_line: str | None = None
@@ -145,7 +189,9 @@ class TaskOutput:
 
     def note(self, text: str) -> None:
         """A line from the launcher itself (start, restart, stop) into the log."""
-        self._write_log(f"--- {text} ---")
+        line = f"--- {text} ---"
+        if self._write_log(line) and self._tailed:
+            self._notes[line] += 1
 
     def feed(self, stream: str, data: bytes) -> None:
         """Takes bytes read from ``stream``; ``b''`` means the stream has closed."""
@@ -158,20 +204,34 @@ class TaskOutput:
         self._partial[stream] = lines.pop()
         for raw in lines:
             self._line(stream, raw)
+        if stream == LOG:
+            self._console.end_of_read(LOG)
 
     def _line(self, stream: str, raw: bytes) -> None:
         line = raw.decode("utf-8", "replace").rstrip("\r")
-        self._write_log(line)
+        if self._notes[line]:  # the launcher's own note, read back from the log
+            self._notes[line] -= 1
+            return
+        if not self._tailed:
+            self._write_log(line)
         self.tail.append(line)
-        if stream == "stdout" and line.strip():
+        shown = self._console.shows(stream, line)
+        record = parse_progress(line) if stream != "stderr" else None
+        if record is not None:
+            self.progress.append(record)
+        # On the merged LOG stream, the task's plain output is what is neither a log record nor hidden.
+        plain = stream == "stdout" or (stream == LOG and (record is not None or (shown and not _LOG_LINE.match(line))))
+        if plain and line.strip():
             self.last_stdout_line = line
-            record = parse_progress(line)
-            if record is not None:
-                self.progress.append(record)
-            elif parse_result(line) is None:
+            if record is None and parse_result(line) is None:
                 self._scan_printed(line)
-        if self._echo is not None and self._console.shows(stream, line):
+        if self._echo is not None and shown:
             self._echo(f"[{self.name}] {line}")
+
+    def skipped(self, count: int) -> None:
+        """Says on the console that ``count`` bytes of the log were not read back (a backlog at the end)."""
+        if self._echo is not None:
+            self._echo(f"[{self.name}] ... {count} bytes of output not shown here; the log file has them ...")
 
     def _scan_printed(self, line: str) -> None:
         accuracy = _PRINTED_ACCURACY.findall(line)
@@ -181,9 +241,17 @@ class TaskOutput:
         if steps:
             self.printed_local_step = int(next(g for g in steps[-1] if g))
 
-    def _write_log(self, line: str) -> None:
-        self._log.write(line.encode("utf-8", "replace") + b"\n")
-        self._log.flush()
+    def _write_log(self, line: str) -> bool:
+        """Appends ``line`` to the log; False when it could not (``on_log_error`` was told why)."""
+        try:
+            self._log.write(line.encode("utf-8", "replace") + b"\n")
+            self._log.flush()
+        except OSError as err:
+            if self._on_log_error is None:
+                raise
+            self._on_log_error(err)
+            return False
+        return True
 
     @property
     def result(self) -> dict | None:
@@ -204,4 +272,51 @@ class TaskOutput:
     def close(self) -> None:
         for stream in self._partial:
             self.feed(stream, b"")
-        self._log.close()
+        try:
+            self._log.close()
+        except OSError as err:  # a last buffered write that did not fit
+            if self._on_log_error is None:
+                raise
+            self._on_log_error(err)
+
+
+class LogTail:
+    """Reads what a task appends to its log file, from the end it had when made, into ``output``.
+
+    Example:
+        tail = LogTail(path, output)   # before the task starts
+        tail.pump()                    # whenever the event loop wakes; returns the bytes read
+        tail.finish()                  # once the task and its descendants are gone
+    """
+
+    def __init__(self, path: str, output: TaskOutput):
+        self._output = output
+        self._fd: int | None = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+        os.lseek(self._fd, 0, os.SEEK_END)
+
+    def pump(self, max_bytes: int = PUMP_BYTES) -> int:
+        read = 0
+        while self._fd is not None and read < max_bytes:
+            data = os.read(self._fd, min(1 << 16, max_bytes - read))
+            if not data:
+                break
+            self._output.feed(LOG, data)
+            read += len(data)
+        return read
+
+    def finish(self) -> None:
+        """Reads the rest and closes; of a backlog over FINISH_BYTES, only the last TAIL_KEEP_BYTES."""
+        if self._fd is None:
+            return
+        unread = os.fstat(self._fd).st_size - os.lseek(self._fd, 0, os.SEEK_CUR)
+        if unread > FINISH_BYTES:
+            self._output.feed(LOG, b"")
+            os.lseek(self._fd, -TAIL_KEEP_BYTES, os.SEEK_END)
+            chunk = os.read(self._fd, 1 << 16)
+            self._output.skipped(unread - TAIL_KEEP_BYTES)
+            self._output.feed(LOG, chunk.split(b"\n", 1)[1] if b"\n" in chunk else b"")  # from a whole line
+        while self.pump():
+            pass
+        self._output.feed(LOG, b"")
+        os.close(self._fd)
+        self._fd = None

@@ -3,7 +3,8 @@
 What a fresh ``processes.spawn`` of that command gets, the child sets up
 itself, in this order and before any thread starts: its own session (so its
 own process group, which the launcher signals), death with the fork server
-(PR_SET_PDEATHSIG), stdin from /dev/null and the client's stdout/stderr, the
+(PR_SET_PDEATHSIG), stdin from /dev/null and the client's stdout/stderr (as
+Python streams that drop what a full disk has no room for: ``task_streams``), the
 client's user and network namespaces (setns, when they differ from the
 server's), its working folder and environment, fresh random seeds (a forked
 child would otherwise repeat the server's), its name (the script's: ``ps -e``
@@ -27,7 +28,7 @@ import tempfile
 import threading
 import traceback
 
-from ps_toolkit.process import fork_protocol
+from ps_toolkit.process import fork_protocol, task_streams
 
 _PR_SET_PDEATHSIG = 1
 _PR_SET_NAME = 15
@@ -75,6 +76,7 @@ def _redirect(stdout: int, stderr: int) -> None:
     os.close(devnull)
     os.dup2(stdout, 1)
     os.dup2(stderr, 2)
+    task_streams.install()
 
 
 def _enter_namespaces(user_ns: int | None, net_ns: int | None) -> None:

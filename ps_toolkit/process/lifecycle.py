@@ -4,8 +4,10 @@ Every task runs in its own session (so its own process group, and a Ctrl-C at
 the terminal reaches only the launcher, which then stops the tasks in order)
 and carries ``PR_SET_PDEATHSIG``: if the process that started it dies, even by
 SIGKILL, the kernel kills the task too. Stopping a task is SIGTERM to its
-process group and every descendant, a grace period, then SIGKILL of whatever
-is left.
+process group, every descendant and every process still in its session (an
+orphan re-parented to init keeps the session), a grace period, then SIGKILL of
+whatever is left. What a task started outlives a SIGKILLed launcher only until
+``RunReaper`` notices (see ``run_reaper``).
 """
 
 from __future__ import annotations
@@ -15,10 +17,13 @@ import ctypes.util
 import os
 import signal
 import subprocess
+import sys
 import time
 from collections.abc import Iterable, Mapping, Sequence
 
 import psutil
+
+from ps_toolkit.process import run_reaper
 
 _PR_SET_PDEATHSIG = 1
 _LIBC = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
@@ -76,6 +81,18 @@ def _tree(pid: int) -> list[psutil.Process]:
         return []
 
 
+def _descendants(pids: Sequence[int]) -> list[psutil.Process]:
+    """Every live process below ``pids`` or in their sessions (each task leads its own), the tasks left out."""
+    found = {proc.pid: proc for pid in pids for proc in _tree(pid)[1:]}
+    for pid in run_reaper.session_members(set(pids), os.getpid()):
+        if pid not in found and pid not in pids:
+            try:
+                found[pid] = psutil.Process(pid)
+            except psutil.NoSuchProcess:
+                pass
+    return list(found.values())
+
+
 def _signal_all(pids: Iterable[int], procs: Iterable[psutil.Process], sig: int, live: Iterable[int] = ()) -> None:
     """``sig`` to the process groups ``pids`` lead and to ``procs``; a ``live`` task leading no group yet
     (a forked task before its setsid) gets it directly."""
@@ -105,7 +122,7 @@ def _signal_pid(pid: int, sig: int) -> None:
 def kill_tree(popen: subprocess.Popen, sig: int = signal.SIGKILL) -> None:
     """Sends ``sig`` at once to a task, its process group and its descendants."""
     if popen.poll() is None:
-        _signal_all([popen.pid], _tree(popen.pid)[1:], sig, live=[popen.pid])
+        _signal_all([popen.pid], _descendants([popen.pid]), sig, live=[popen.pid])
 
 
 def stop_trees(popens: Sequence[subprocess.Popen], grace_secs: float) -> None:
@@ -115,9 +132,9 @@ def stop_trees(popens: Sequence[subprocess.Popen], grace_secs: float) -> None:
     descendant has gone, or after the SIGKILL wait bound.
     """
     live = [p for p in popens if p.poll() is None]
-    descendants = [d for p in live for d in _tree(p.pid)[1:]]
-    # Descendants of tasks that already exited may linger in their group.
+    # Descendants of tasks that already exited may linger in their group and session.
     groups = [p.pid for p in popens]
+    descendants = _descendants(groups)
     live_pids = [p.pid for p in live]
     _signal_all(groups, descendants, signal.SIGTERM, live_pids)
     deadline = time.monotonic() + grace_secs
@@ -128,6 +145,45 @@ def stop_trees(popens: Sequence[subprocess.Popen], grace_secs: float) -> None:
     kill_deadline = time.monotonic() + 10.0
     _reap(live, kill_deadline)
     psutil.wait_procs(survivors, timeout=max(0.0, kill_deadline - time.monotonic()))
+
+
+class RunReaper:
+    """The run's reaper process (``run_reaper``): tell it each task's pid; it kills their sessions when we go.
+
+    Example:
+        reaper = RunReaper()
+        reaper.add(task.pid)     # after each start
+        reaper.close()           # at the end of the run: it checks the sessions and exits
+    """
+
+    def __init__(self):
+        # Its own session: a Ctrl-C at the terminal is for the launcher, which stops the tasks itself.
+        self._process = subprocess.Popen(
+            [sys.executable, "-I", run_reaper.__file__],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            start_new_session=True,
+            close_fds=True,
+        )
+
+    def add(self, pid: int) -> None:
+        try:
+            self._process.stdin.write(b"%d\n" % pid)
+            self._process.stdin.flush()
+        except OSError:  # it has gone; the tasks still die with their parent
+            pass
+
+    def close(self, timeout_secs: float = 10.0) -> None:
+        try:
+            self._process.stdin.close()
+        except OSError:
+            pass
+        try:
+            self._process.wait(timeout=timeout_secs)
+        except subprocess.TimeoutExpired:
+            self._process.kill()
+            self._process.wait()
 
 
 def _reap(popens: Sequence[subprocess.Popen], deadline: float) -> None:
