@@ -160,10 +160,16 @@ class ForkServer:
         return ForkedProcess(self, reply["pid"], list(argv), streams.get("stdout"), streams.get("stderr"))
 
     def close(self) -> None:
-        """Ends the server: its tasks still running are SIGKILLed; bounded, then the server itself is killed."""
+        """Ends the server: its tasks still running are SIGKILLed; bounded, then the server itself is killed.
+
+        A server never asked for a task has none: it is killed at once, not left to finish its imports
+        (a launch started it early and then failed its own checks).
+        """
         if self._sock is not None:
             self._sock.close()
             self._sock = None
+        if self._next_id == 0:
+            self._process.kill()
         try:
             self._process.wait(timeout=_CLOSE_TIMEOUT_SECS)
         except subprocess.TimeoutExpired:

@@ -19,15 +19,43 @@ Exit status: 0 when the run succeeded under
 
 from __future__ import annotations
 
-import dataclasses
 import os
 import sys
 
-from absl import app, flags
-
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from ps_toolkit import cli, launcher, netns, open_ports, preflight  # noqa: E402
+from ps_toolkit import fork_client, task_plan  # noqa: E402
+
+_HELP_ARGS = ("--help", "-help", "-h", "-?", "--helpfull", "-helpfull", "--helpshort", "--helpxml")
+
+
+def forks_its_tasks(argv: list[str]) -> bool:
+    """Whether a launch with these arguments forks run_task.py tasks from a fork server, judged before
+    the flags are parsed: no command after --, no help asked, --start_method not exec, no --flagfile."""
+    if "--" in argv:
+        return False
+    method = "fork"
+    for position, arg in enumerate(argv[1:], start=1):
+        name, equals, value = arg.lstrip("-").partition("=")
+        if arg in _HELP_ARGS or name == "flagfile":
+            return False
+        if arg.startswith("-") and name == "start_method":
+            method = value if equals else (argv[position + 1] if position + 1 < len(argv) else "")
+    return method == "fork"
+
+
+if __name__ == "__main__" and forks_its_tasks(sys.argv):
+    # The fork server's TensorFlow import is the longest wait of a launch: it runs while this
+    # script imports and checks. Its environment is the tasks' (task_env), so the tasks are
+    # forked from it; a launch that ends before its first task kills it at exit.
+    fork_client.shared_server(task_plan.task_env())
+
+import dataclasses  # noqa: E402
+import logging  # noqa: E402
+
+from absl import app, flags  # noqa: E402
+
+from ps_toolkit import charts, cli, launcher, netns, open_ports, preflight  # noqa: E402
 from ps_toolkit import cluster as cluster_lib  # noqa: E402
 from ps_toolkit.drills import parse_kill  # noqa: E402
 from ps_toolkit.errors import EXIT_CONFIG, ConfigError  # noqa: E402
@@ -220,8 +248,21 @@ def main(command: list[str]) -> int:
             "without a private network namespace the command's ports would be open on every interface, "
             "unauthenticated: give --allow_open_ports if this machine's network is private"
         )
+    # After _isolate: a user namespace can only be entered while this process has one thread.
+    charts.warm_up()
     return launcher.launch(options).exit_code
 
 
+def _main_and_exit(command: list[str]) -> None:
+    """main(), then the exit without the interpreter's teardown (a second with matplotlib and psutil
+    loaded on a busy machine): the fork server is ended and reaped, every output flushed."""
+    code = main(command)
+    fork_client.close_shared()
+    logging.shutdown()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
+
+
 if __name__ == "__main__":
-    app.run(main, flags_parser=_parse)
+    app.run(_main_and_exit, flags_parser=_parse)
