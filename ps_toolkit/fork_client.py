@@ -71,6 +71,25 @@ def forkable(argv: Sequence[str], env: Mapping[str, str]) -> bool:
     return script in FORKABLE_SCRIPTS
 
 
+_HELP_ARGS = ("--help", "-help", "-h", "-?", "--helpfull", "-helpfull", "--helpshort", "--helpxml")
+
+
+def launch_forks_tasks(argv: Sequence[str]) -> bool:
+    """Whether ``scripts/launch_local.py`` with these arguments forks run_task.py tasks from a fork server,
+    judged before its flags are parsed (so that it can start the server first): no command after --, no
+    help asked, --start_method not exec, no --flagfile (whose flags cannot be seen here)."""
+    if "--" in argv:
+        return False
+    method = "fork"
+    for position, arg in enumerate(argv[1:], start=1):
+        name, equals, value = arg.lstrip("-").partition("=")
+        if arg in _HELP_ARGS or name == "flagfile":
+            return False
+        if arg.startswith("-") and name == "start_method":
+            method = value if equals else (argv[position + 1] if position + 1 < len(argv) else "")
+    return method == "fork"
+
+
 class ForkServer:
     """One fork server process, owned by the caller: ``close()`` (or the caller's death) ends it and its tasks."""
 

@@ -26,25 +26,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from ps_toolkit import fork_client, task_plan  # noqa: E402
 
-_HELP_ARGS = ("--help", "-help", "-h", "-?", "--helpfull", "-helpfull", "--helpshort", "--helpxml")
-
-
-def forks_its_tasks(argv: list[str]) -> bool:
-    """Whether a launch with these arguments forks run_task.py tasks from a fork server, judged before
-    the flags are parsed: no command after --, no help asked, --start_method not exec, no --flagfile."""
-    if "--" in argv:
-        return False
-    method = "fork"
-    for position, arg in enumerate(argv[1:], start=1):
-        name, equals, value = arg.lstrip("-").partition("=")
-        if arg in _HELP_ARGS or name == "flagfile":
-            return False
-        if arg.startswith("-") and name == "start_method":
-            method = value if equals else (argv[position + 1] if position + 1 < len(argv) else "")
-    return method == "fork"
-
-
-if __name__ == "__main__" and forks_its_tasks(sys.argv):
+if __name__ == "__main__" and fork_client.launch_forks_tasks(sys.argv):
     # The fork server's TensorFlow import is the longest wait of a launch: it runs while this
     # script imports and checks. Its environment is the tasks' (task_env), so the tasks are
     # forked from it; a launch that ends before its first task kills it at exit.
