@@ -44,6 +44,10 @@ def measure(repetitions: int, timeout_s: float = 300.0) -> dict:
     summary = {method: {**_summary(walls[method]), "cpu": _summary(cpus[method])} for method in METHODS}
     summary["fork_over_exec"] = round(summary["fork"]["median"] / summary["exec"]["median"], 2)
     summary["cpu_fork_over_exec"] = round(summary["fork"]["cpu"]["median"] / summary["exec"]["cpu"]["median"], 2)
+    # Fork and exec of one repetition run back to back, under nearly the same load: the median of
+    # their ratios is steadier than the ratio of the medians when the load drifts between repetitions.
+    pairs = [fork / exec_ for fork, exec_ in zip(walls["fork"], walls["exec"], strict=True)]
+    summary["pair_ratio_median"] = round(statistics.median(pairs), 2)
     summary["load_average"] = [round(load_before, 1), round(os.getloadavg()[0], 1)]
     return summary
 

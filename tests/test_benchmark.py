@@ -328,7 +328,9 @@ def test_main_job_alternates_the_start_methods_and_summarizes(monkeypatch):
     assert summary["exec"]["median"] == 11.0 and summary["fork_over_exec"] == 0.55
     assert summary["cpu_fork_over_exec"] == 0.55
     assert len(summary["load_average"]) == 2 and all(load >= 0 for load in summary["load_average"])
+    assert summary["pair_ratio_median"] == 0.55  # 5/12, 7/10, 6/11
     assert "; load average " in report.main_job_line(summary)
+    assert "(median of each repetition's own, 0.55x)" in report.main_job_line(summary)
 
 
 def test_main_job_refuses_a_bad_repetition_count_in_one_line(capsys):
