@@ -7,11 +7,14 @@ the launcher until it has exited: imports, training, evaluation, summary and
 teardown, what a user waits for. Beside it, the CPU seconds (user + system)
 of the launcher and every process under it: on a machine shared with other
 work the wall time depends on how many runnable processes each side has, the
-CPU time does not.
+CPU time does not. The load average before and after is kept with the figures.
+
+    python -m benchmarks.main_job 5        # 5 runs per start method; prints the line and the JSON
 """
 
 from __future__ import annotations
 
+import json
 import os
 import resource
 import shutil
@@ -32,6 +35,7 @@ def measure(repetitions: int, timeout_s: float = 300.0) -> dict:
     """{"fork": {...}, "exec": {...}, "fork_over_exec": ratio}: wall and CPU seconds, median, min, max, every run."""
     walls = {method: [] for method in METHODS}
     cpus = {method: [] for method in METHODS}
+    load_before = os.getloadavg()[0]
     for _ in range(repetitions):
         for method in METHODS:
             wall, cpu = run_once(method, timeout_s)
@@ -40,6 +44,11 @@ def measure(repetitions: int, timeout_s: float = 300.0) -> dict:
     summary = {method: {**_summary(walls[method]), "cpu": _summary(cpus[method])} for method in METHODS}
     summary["fork_over_exec"] = round(summary["fork"]["median"] / summary["exec"]["median"], 2)
     summary["cpu_fork_over_exec"] = round(summary["fork"]["cpu"]["median"] / summary["exec"]["cpu"]["median"], 2)
+    # Fork and exec of one repetition run back to back, under nearly the same load: the median of
+    # their ratios is steadier than the ratio of the medians when the load drifts between repetitions.
+    pairs = [fork / exec_ for fork, exec_ in zip(walls["fork"], walls["exec"], strict=True)]
+    summary["pair_ratio_median"] = round(statistics.median(pairs), 2)
+    summary["load_average"] = [round(load_before, 1), round(os.getloadavg()[0], 1)]
     return summary
 
 
@@ -83,3 +92,20 @@ def _summary(seconds: list[float]) -> dict:
         "max": round(max(seconds), 2),
         "runs": [round(s, 2) for s in seconds],
     }
+
+
+def main(argv: list[str]) -> int:
+    from benchmarks import report
+
+    text = argv[1] if len(argv) > 1 else "3"
+    if len(argv) > 2 or not text.isdigit() or int(text) < 1:
+        print(f"main_job: repetitions {text!r} from the command line: give one whole number >= 1", file=sys.stderr)
+        return 2
+    summary = measure(int(text))
+    print(report.main_job_line(summary))
+    print(json.dumps(summary))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv))

@@ -104,9 +104,17 @@ def main_job_line(summary: dict) -> str:
     walls = ", ".join(cell(method, summary[method]) for method in METHODS)
     cpus = ", ".join(cell(method, summary[method]["cpu"]) for method in METHODS)
     runs = len(summary[METHODS[0]]["runs"])
+    load = summary.get("load_average")
     return (
         f"Main job (`python scripts/launch_local.py`), {runs} runs each: wall time {walls}, "
-        f"fork/exec {summary['fork_over_exec']:.2f}x; CPU time {cpus}, fork/exec {summary['cpu_fork_over_exec']:.2f}x"
+        f"fork/exec {summary['fork_over_exec']:.2f}x"
+        + (
+            f" (median of each repetition's own, {summary['pair_ratio_median']:.2f}x)"
+            if "pair_ratio_median" in summary
+            else ""
+        )
+        + f"; CPU time {cpus}, fork/exec {summary['cpu_fork_over_exec']:.2f}x"
+        + (f"; load average {load[0]:.1f} before, {load[1]:.1f} after" if load else "")
     )
 
 

@@ -19,19 +19,30 @@ Exit status: 0 when the run succeeded under
 
 from __future__ import annotations
 
-import dataclasses
 import os
 import sys
 
-from absl import app, flags
-
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+from ps_toolkit.launch import task_plan  # noqa: E402
+from ps_toolkit.process import fork_client
+
+if __name__ == "__main__" and fork_client.launch_forks_tasks(sys.argv):
+    # The fork server's TensorFlow import is the longest wait of a launch: it runs while this
+    # script imports and checks. Its environment is the tasks' (task_env), so the tasks are
+    # forked from it; a launch that ends before its first task kills it at exit.
+    fork_client.shared_server(task_plan.task_env())
+
+import dataclasses  # noqa: E402
+import logging  # noqa: E402
+
+from absl import app, flags  # noqa: E402
 
 from ps_toolkit import cli
 from ps_toolkit.base.errors import EXIT_CONFIG, ConfigError  # noqa: E402
 from ps_toolkit.cluster import config as cluster_lib  # noqa: E402
 from ps_toolkit.cluster import preflight  # noqa: E402
-from ps_toolkit.launch import launcher
+from ps_toolkit.launch import charts, launcher
 from ps_toolkit.launch.drills import parse_kill  # noqa: E402
 from ps_toolkit.launch.supervisor import RESTART_POLICIES, SUCCESS_POLICIES, Policy  # noqa: E402
 from ps_toolkit.launch.task_plan import Topology, default_command, hosts_from_flags  # noqa: E402
@@ -223,8 +234,21 @@ def main(command: list[str]) -> int:
             "without a private network namespace the command's ports would be open on every interface, "
             "unauthenticated: give --allow_open_ports if this machine's network is private"
         )
+    # After _isolate: a user namespace can only be entered while this process has one thread.
+    charts.warm_up()
     return launcher.launch(options).exit_code
 
 
+def _main_and_exit(command: list[str]) -> None:
+    """main(), then the exit without the interpreter's teardown (a second with matplotlib and psutil
+    loaded on a busy machine): the fork server is ended and reaped, every output flushed."""
+    code = main(command)
+    fork_client.close_shared()
+    logging.shutdown()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
+
+
 if __name__ == "__main__":
-    app.run(main, flags_parser=_parse)
+    app.run(_main_and_exit, flags_parser=_parse)

@@ -327,3 +327,15 @@ def test_main_job_alternates_the_start_methods_and_summarizes(monkeypatch):
     assert summary["fork"]["cpu"] == {"median": 3.0, "min": 2.5, "max": 3.5, "runs": [2.5, 3.5, 3.0]}
     assert summary["exec"]["median"] == 11.0 and summary["fork_over_exec"] == 0.55
     assert summary["cpu_fork_over_exec"] == 0.55
+    assert len(summary["load_average"]) == 2 and all(load >= 0 for load in summary["load_average"])
+    assert summary["pair_ratio_median"] == 0.55  # 5/12, 7/10, 6/11
+    assert "; load average " in report.main_job_line(summary)
+    assert "(median of each repetition's own, 0.55x)" in report.main_job_line(summary)
+
+
+def test_main_job_refuses_a_bad_repetition_count_in_one_line(capsys):
+    from benchmarks import main_job
+
+    assert main_job.main(["main_job", "three"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "'three'" in err

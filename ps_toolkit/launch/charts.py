@@ -1,8 +1,36 @@
-"""A PNG chart of a run: loss and global steps/s over time, one line per worker."""
+"""A PNG chart of a run: loss and global steps/s over time, one line per worker.
+
+warm_up()                                   # at launch: imports and first-draw caches, in a thread
+write_progress_chart(progress, path)        # at the end: only this chart's own drawing is left
+"""
 
 from __future__ import annotations
 
+import io
+import threading
 from collections.abc import Mapping, Sequence
+
+_warm_up: threading.Thread | None = None
+
+
+def warm_up() -> None:
+    """Starts drawing a throwaway chart in a background thread: matplotlib's imports and the caches of
+    its first figure (fonts, text layout) are then ready when the run's chart is drawn.
+
+    Call it after anything that needs this process single-threaded (entering a user namespace).
+    """
+    global _warm_up
+    if _warm_up is None:
+        _warm_up = threading.Thread(target=_draw_throwaway, name="chart-warm-up")
+        _warm_up.start()
+
+
+def _draw_throwaway() -> None:
+    records = [{"time": 0.0, "loss": 1.0, "steps_per_sec": 1.0}, {"time": 1.0, "loss": 0.5, "steps_per_sec": 2.0}]
+    try:
+        _draw({"worker:0": records}, io.BytesIO())
+    except Exception:  # noqa: BLE001 - a warm-up only; the real chart reports its own errors
+        pass
 
 
 def write_progress_chart(progress: Mapping[str, Sequence[dict]], path: str) -> bool:
@@ -16,6 +44,13 @@ def write_progress_chart(progress: Mapping[str, Sequence[dict]], path: str) -> b
     series = {name: records for name, records in series.items() if records}
     if not series:
         return False
+    if _warm_up is not None:
+        _warm_up.join()  # pyplot is not thread-safe: one figure at a time
+    _draw(series, path)
+    return True
+
+
+def _draw(series: Mapping[str, Sequence[dict]], path) -> None:
     import matplotlib
 
     matplotlib.use("Agg")  # no display: this runs in terminals and CI
@@ -35,9 +70,8 @@ def write_progress_chart(progress: Mapping[str, Sequence[dict]], path: str) -> b
         if axes.get_legend_handles_labels()[0]:
             axes.legend(loc="best", fontsize="small")
     figure.tight_layout()
-    figure.savefig(path, dpi=100)
+    figure.savefig(path, dpi=100, format="png")
     plt.close(figure)
-    return True
 
 
 def _plot(axes, records: Sequence[dict], key: str, start: float, label: str) -> None:

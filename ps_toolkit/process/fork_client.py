@@ -79,6 +79,25 @@ def forkable(argv: Sequence[str], env: Mapping[str, str]) -> bool:
     return entry in known
 
 
+_HELP_ARGS = ("--help", "-help", "-h", "-?", "--helpfull", "-helpfull", "--helpshort", "--helpxml")
+
+
+def launch_forks_tasks(argv: Sequence[str]) -> bool:
+    """Whether ``scripts/launch_local.py`` with these arguments forks run_task.py tasks from a fork server,
+    judged before its flags are parsed (so that it can start the server first): no command after --, no
+    help asked, --start_method not exec, no --flagfile (whose flags cannot be seen here)."""
+    if "--" in argv:
+        return False
+    method = "fork"
+    for position, arg in enumerate(argv[1:], start=1):
+        name, equals, value = arg.lstrip("-").partition("=")
+        if arg in _HELP_ARGS or name == "flagfile":
+            return False
+        if arg.startswith("-") and name == "start_method":
+            method = value if equals else (argv[position + 1] if position + 1 < len(argv) else "")
+    return method == "fork"
+
+
 class ForkServer:
     """One fork server process, owned by the caller: ``close()`` (or the caller's death) ends it and its tasks."""
 
@@ -168,10 +187,16 @@ class ForkServer:
         return ForkedProcess(self, reply["pid"], list(argv), streams.get("stdout"), streams.get("stderr"))
 
     def close(self) -> None:
-        """Ends the server: its tasks still running are SIGKILLed; bounded, then the server itself is killed."""
+        """Ends the server: its tasks still running are SIGKILLed; bounded, then the server itself is killed.
+
+        A server never asked for a task has none: it is killed at once, not left to finish its imports
+        (a launch started it early and then failed its own checks).
+        """
         if self._sock is not None:
             self._sock.close()
             self._sock = None
+        if self._next_id == 0:
+            self._process.kill()
         try:
             self._process.wait(timeout=_CLOSE_TIMEOUT_SECS)
         except subprocess.TimeoutExpired:
