@@ -244,14 +244,18 @@ def run_tool(main: Callable[[list[str]], None], module_name: str) -> None:
     """Runs a tool module's absl ``main`` as the program, whichever way it was started.
 
     The same ``--help`` (the module's docstring and its own flags) for ``ps-<tool>``,
-    ``python -m ps_toolkit.tools.<tool>`` and ``python scripts/<tool>.py``: absl lists the
-    key flags of ``sys.argv[0]``, so the module's key flags are registered under that name too.
+    ``python -m ps_toolkit.tools.<tool>`` and ``python scripts/<tool>.py``.
     """
     module = sys.modules[module_name]
+    register_key_flags_for_program(module_name)
+    app.run(main, flags_parser=lambda argv: parse_flags_or_exit(argv, module.__doc__ or ""))
+
+
+def register_key_flags_for_program(module_name: str) -> None:
+    """Makes a tool module's own flags the ones ``--help`` lists: absl lists those of ``sys.argv[0]``."""
     if module_name != "__main__":
         for flag in FLAGS.get_key_flags_for_module(module_name):
             FLAGS.register_key_flag_for_module(sys.argv[0], flag)
-    app.run(main, flags_parser=lambda argv: parse_flags_or_exit(argv, module.__doc__ or ""))
 
 
 def parse_flags_or_exit(argv: list[str], usage: str | None = None) -> list[str]:

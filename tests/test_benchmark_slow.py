@@ -10,7 +10,7 @@ import sys
 
 import pytest
 
-from benchmarks import report
+from ps_toolkit.benchmarks import report
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 

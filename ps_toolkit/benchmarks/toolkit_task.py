@@ -1,11 +1,11 @@
 """One ps_toolkit task for the benchmark: ``scripts/run_task.py`` exactly as shipped, timed by the harness.
 
-    python -m benchmarks.toolkit_task --ps_hosts=... --worker_hosts=... --job_name=worker --task_index=0 ...
+    python -m ps_toolkit.benchmarks.toolkit_task --ps_hosts=... --worker_hosts=... --job_name=worker --task_index=0 ...
 
 It takes run_task.py's flags and runs run_task.py's own ``main``: the same flag
 defaults (``--steps_per_run`` 20, async and sync; a checkpoint every 100 steps),
 preflight, runner, ``monitored_training.train``, summary flush, done signal and fast exit.
-The one addition is the harness's step clock (benchmarks/protocol.py), which
+The one addition is the harness's step clock (ps_toolkit/benchmarks/protocol.py), which
 every benchmarked system prints the same way. It listens through
 ``monitored_training.train``'s public ``on_progress`` argument, called after each
 ``session.run``; the toolkit's own progress lines come once a second, too
@@ -15,21 +15,13 @@ coarse to time a first step or a last one.
 from __future__ import annotations
 
 import importlib.util
-import os
 
-from absl import app
-
-from benchmarks import protocol
-
-RUN_TASK = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "scripts", "run_task.py")
+from ps_toolkit.benchmarks import protocol
 
 
 def load_run_task():
-    """scripts/run_task.py as a module (not ``__main__``, so it does not start by itself)."""
-    spec = importlib.util.spec_from_file_location("ps_toolkit_run_task", RUN_TASK)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    """The run_task tool as a module (not ``__main__``, so it does not start by itself)."""
+    return importlib.import_module("ps_toolkit.tools.run_task")
 
 
 def timed(train):
@@ -70,9 +62,8 @@ def with_step_clock(run):
 def main() -> None:
     run_task = load_run_task()
     run_task.run = with_step_clock(run_task.run)
-    from ps_toolkit import cli
 
-    app.run(run_task.main, flags_parser=cli.parse_flags_or_exit)
+    run_task.main()
 
 
 if __name__ == "__main__":

@@ -39,7 +39,7 @@ class ModelSpec:
 
 @dataclasses.dataclass(frozen=True)
 class EmbeddingSpec:
-    """The embedding model (benchmarks.embedding_model): a vocab x dim table, ids_per_example lookups per example."""
+    """The embedding model (embedding_model.py): a vocab x dim table, ids_per_example lookups per example."""
 
     name: str
     batch_size: int

@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import dataclasses
 
-from benchmarks.cluster_run import Task
-from benchmarks.synthetic import EMBEDDING, MODELS
+from ps_toolkit.benchmarks.cluster_run import Task
+from ps_toolkit.benchmarks.synthetic import EMBEDDING, MODELS
 
 TOOLKIT, TOOLKIT_1STEP, TOOLKIT_NEAR = "ps_toolkit", "ps_toolkit_1step", "ps_toolkit_near"
 RAW, TF2, SINGLE = "raw_tf1", "tf2_pss", "single_process"
 SYSTEMS = (TOOLKIT, TOOLKIT_NEAR, TOOLKIT_1STEP, RAW, TF2, SINGLE)
+# The systems run as modules of this package: python -m ps_toolkit.benchmarks.<system>.
+PACKAGE = "ps_toolkit.benchmarks"
 ASYNC, SYNC = "async", "sync"
 # Flags each ps_toolkit system adds to scripts/run_task.py's defaults. ps_toolkit
 # is the shipped defaults; ps_toolkit_1step turns off the in-graph loop (one step
@@ -55,12 +57,12 @@ def run_options(config: Config, measure_s: float) -> dict:
 def tasks(config: Config, ports: list[int], checkpoint_dir: str, data_dir: str) -> list[Task]:
     """The processes that run ``config``; ports as reserved by the caller (``config.num_ports``).
 
-    ``data_dir`` holds the synthetic data as IDX files (benchmarks.synthetic.write_idx_dir):
+    ``data_dir`` holds the synthetic data as IDX files (ps_toolkit.benchmarks.synthetic.write_idx_dir):
     ps_toolkit reads it through its public --data_dir; the other systems make the same arrays in memory.
     """
     common = [f"--model={config.model}", f"--train_steps={config.train_steps}"]
     if config.system == SINGLE:
-        return [Task("single", ["-m", "benchmarks.single_process", *common])]
+        return [Task("single", ["-m", PACKAGE + ".single_process", *common])]
     addresses = [f"localhost:{port}" for port in ports]
     ps, workers = addresses[: config.num_ps], addresses[config.num_ps : config.num_ps + config.num_workers]
     common += [f"--ps_hosts={','.join(ps)}", f"--worker_hosts={','.join(workers)}"]
@@ -70,13 +72,18 @@ def tasks(config: Config, ports: list[int], checkpoint_dir: str, data_dir: str) 
         return _tf2_tasks(config, common + [f"--chief_host={addresses[-1]}"])
     if config.system == RAW:
         script = (
-            "benchmarks.raw_tf1_embedding" if config.model == EMBEDDING.name else "benchmarks.raw_tf1_between_graph"
+            PACKAGE + ".raw_tf1_embedding" if config.model == EMBEDDING.name else PACKAGE + ".raw_tf1_between_graph"
         )
         common = ["-m", script, *common, f"--checkpoint_dir={checkpoint_dir}"]
         common += [f"--warmup_steps={config.train_steps // 5}", f"--train_steps={RAW_UNBOUNDED_STEPS}"]
     else:
         spec = MODELS[config.model]
-        common = ["-m", "benchmarks.toolkit_task", *_toolkit_model_flags(config.model, data_dir), *common[1:]]
+        common = [
+            "-m",
+            PACKAGE + ".toolkit_task",
+            *_toolkit_model_flags(config.model, data_dir),
+            *common[1:],
+        ]
         common.append(f"--checkpoint_dir={checkpoint_dir}")
         # The benchmark's batch size and learning rate, as the raw script uses; the rest: run_task.py's defaults.
         common += [f"--batch_size={spec.batch_size}", f"--learning_rate={spec.learning_rate}"]
@@ -102,11 +109,11 @@ def _toolkit_model_flags(model: str, data_dir: str) -> list[str]:
     if model != EMBEDDING.name:
         return [f"--model={model}", f"--data_dir={data_dir}"]
     functions = ("model_fn", "input_fn", "eval_input_fn")
-    return [f"--{name}=benchmarks.embedding_model:{name}" for name in functions] + ["--optimizer=sgd"]
+    return [f"--{name}=ps_toolkit.benchmarks.embedding_model:{name}" for name in functions] + ["--optimizer=sgd"]
 
 
 def _tf2_tasks(config: Config, common: list) -> list[Task]:
-    script = "benchmarks.tf2_pss_embedding" if config.model == EMBEDDING.name else "benchmarks.tf2_pss"
+    script = PACKAGE + ".tf2_pss_embedding" if config.model == EMBEDDING.name else PACKAGE + ".tf2_pss"
     base = ["-m", script, *common]
     servers = [
         Task(f"{job}{i}", [*base, f"--job_name={job}", f"--task_index={i}"], must_finish=False)

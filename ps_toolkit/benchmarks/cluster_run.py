@@ -24,11 +24,12 @@ import time
 
 import psutil
 
-from benchmarks import protocol
+from ps_toolkit.benchmarks import protocol
 from ps_toolkit.process import lifecycle
 from ps_toolkit.process.fork_client import ForkServer, ForkUnavailable
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+# The folder holding the ps_toolkit package: a checkout, or site-packages.
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
 class ClusterRunError(RuntimeError):

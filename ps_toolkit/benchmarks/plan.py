@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-from benchmarks.systems import ASYNC, RAW, SINGLE, SYNC, TF2, TOOLKIT, TOOLKIT_1STEP, TOOLKIT_NEAR, Config
+from ps_toolkit.benchmarks.systems import ASYNC, RAW, SINGLE, SYNC, TF2, TOOLKIT, TOOLKIT_1STEP, TOOLKIT_NEAR, Config
 
 MODEL_NAMES = ("softmax", "mlp", "wide", "embedding")
 # Global steps per run: a few seconds of training each on a 2-core machine.
 TRAIN_STEPS = {"softmax": 3000, "mlp": 1500, "wide": 300, "embedding": 600}
-# The embedding model's table is stated split over 2 ps (benchmarks/embedding_model.py).
+# The embedding model's table is stated split over 2 ps (ps_toolkit/benchmarks/embedding_model.py).
 EMBEDDING_TOPOLOGY = (2, 2)
 TOPOLOGIES = ((1, 1), (1, 2), (2, 2))
 # Where --compute_near_weights can pay: weights larger than a batch of inputs

@@ -9,7 +9,7 @@ of the launcher and every process under it: on a machine shared with other
 work the wall time depends on how many runnable processes each side has, the
 CPU time does not. The load average before and after is kept with the figures.
 
-    python -m benchmarks.main_job 5        # 5 runs per start method; prints the line and the JSON
+    python -m ps_toolkit.benchmarks.main_job 5        # 5 runs per start method; prints the line and the JSON
 """
 
 from __future__ import annotations
@@ -24,10 +24,10 @@ import sys
 import tempfile
 import time
 
-from benchmarks.cluster_run import REPO, ClusterRunError
+from ps_toolkit.benchmarks.cluster_run import REPO, ClusterRunError
 from ps_toolkit.process import lifecycle
 
-LAUNCH_LOCAL = os.path.join(REPO, "scripts", "launch_local.py")
+LAUNCH_LOCAL_MODULE = "ps_toolkit.tools.launch_local"
 METHODS = ("fork", "exec")
 
 
@@ -59,7 +59,7 @@ def run_once(method: str, timeout_s: float) -> tuple[float, float]:
     its tasks and its fork server, the fork server its forked tasks.
     """
     run_dir = tempfile.mkdtemp(prefix="ps_toolkit_bench_main_")
-    argv = [sys.executable, LAUNCH_LOCAL, "--quiet", f"--log_dir={run_dir}", f"--start_method={method}"]
+    argv = [sys.executable, "-m", LAUNCH_LOCAL_MODULE, "--quiet", f"--log_dir={run_dir}", f"--start_method={method}"]
     try:
         with tempfile.TemporaryFile() as output:
             started, cpu_before = time.monotonic(), _children_cpu()
@@ -95,7 +95,7 @@ def _summary(seconds: list[float]) -> dict:
 
 
 def main(argv: list[str]) -> int:
-    from benchmarks import report
+    from ps_toolkit.benchmarks import report
 
     text = argv[1] if len(argv) > 1 else "3"
     if len(argv) > 2 or not text.isdigit() or int(text) < 1:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import os
 
-from benchmarks.systems import RAW, SINGLE, SYSTEMS, TF2, TOOLKIT, TOOLKIT_NEAR
+from ps_toolkit.benchmarks.systems import RAW, SINGLE, SYSTEMS, TF2, TOOLKIT, TOOLKIT_NEAR
 
 RECORD_KEYS = (
     "system",
@@ -59,7 +59,7 @@ def _seconds(value) -> str:
 def markdown_table(records: list[dict], main_job: dict | None = None) -> str:
     """Steps/s per configuration and system (median, min-max), ps_toolkit's ratios, startup and shutdown.
 
-    ``main_job``: benchmarks.main_job.measure's figures, one line after the tables.
+    ``main_job``: ps_toolkit.benchmarks.main_job.measure's figures, one line after the tables.
     """
     systems = [s for s in SYSTEMS if s != SINGLE and any(r["system"] == s for r in records)]
     header = ["model", "mode", "ps+w", *systems, "toolkit/raw", "toolkit/tf2", "toolkit/single"]
@@ -96,7 +96,7 @@ def _startup_over_single(records) -> str:
 
 
 def main_job_line(summary: dict) -> str:
-    from benchmarks.main_job import METHODS
+    from ps_toolkit.benchmarks.main_job import METHODS
 
     def cell(method, figures):
         return f"{method} {figures['median']:.1f} s ({figures['min']:.1f}-{figures['max']:.1f})"

@@ -1,6 +1,6 @@
 """Bytes a training step moves for the embedding model, against the bytes of the rows it touches.
 
-    python -m benchmarks.embedding_bytes [--steps=200]
+    python -m ps_toolkit.benchmarks.embedding_bytes [--steps=200]
 
 Runs a 2 ps + 1 worker cluster in this process, inside a private network
 namespace, so that its loopback carries nothing but the cluster's own gRPC
@@ -16,7 +16,7 @@ import tempfile
 
 from absl import app, flags
 
-from benchmarks.synthetic import EMBEDDING
+from ps_toolkit.benchmarks.synthetic import EMBEDDING
 from ps_toolkit.task import netns
 
 _STEPS = flags.DEFINE_integer("steps", 200, "Global steps per mode, the first fifth not counted.")
@@ -33,7 +33,7 @@ def loopback_bytes() -> int:
 
 
 def measure(mode: dict, steps: int) -> dict:
-    from benchmarks import embedding_model
+    from ps_toolkit.benchmarks import embedding_model
     from ps_toolkit.launch.local_cluster import InProcessCluster
     from ps_toolkit.task import monitored_training
     from ps_toolkit.training.config import TrainConfig

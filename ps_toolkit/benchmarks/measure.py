@@ -5,7 +5,7 @@ from __future__ import annotations
 import dataclasses
 import statistics
 
-from benchmarks.cluster_run import ClusterOutcome
+from ps_toolkit.benchmarks.cluster_run import ClusterOutcome
 
 
 @dataclasses.dataclass(frozen=True)

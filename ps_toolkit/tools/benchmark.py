@@ -1,0 +1,72 @@
+"""Benchmarks ps_toolkit against a raw TF1 between-graph script, TF2's ParameterServerStrategy and one process.
+
+    python scripts/benchmark.py --quick --out=/tmp/bench     # the targets' configurations, < 10 min
+    python scripts/benchmark.py --out=/tmp/bench             # every model x topology x mode
+
+Writes OUT/results.json, OUT/results.md and OUT/results.png (docs/performance.md
+explains the figures). Every process it starts is ended before it returns.
+"""
+
+import json
+import os
+import platform
+import time
+
+from absl import app, flags, logging
+
+from ps_toolkit import cli
+from ps_toolkit.benchmarks import plan, report, systems
+from ps_toolkit.benchmarks.driver import Limits, run_plan
+
+_OUT = flags.DEFINE_string("out", None, "Folder for results.json, results.md and results.png.", required=True)
+_QUICK = flags.DEFINE_boolean("quick", False, "Only the configurations the targets are stated for.")
+_REPETITIONS = flags.DEFINE_integer("repetitions", 3, "Runs per configuration (median, min, max).")
+_BUDGET = flags.DEFINE_float("budget_s", None, "No new round of repetitions after this; default 480 s with --quick.")
+_MODELS = flags.DEFINE_list("models", list(plan.MODEL_NAMES), "Models to benchmark.")
+_SYSTEMS = flags.DEFINE_list("systems", list(systems.SYSTEMS), "Systems to benchmark.")
+_STEPS_SCALE = flags.DEFINE_float("steps_scale", 1.0, "Multiplies every run's global steps.")
+_MAIN_JOB = flags.DEFINE_integer(
+    "main_job_repetitions",
+    None,
+    "Runs of the main job (launch_local.py) per start method, fork and exec side by side (default --repetitions).",
+)
+_MEASURE_S = flags.DEFINE_float("measure_s", 4.0, "Timing window of the runs measured by time (the raw script).")
+
+
+def _main(argv):
+    if len(argv) > 1:
+        raise app.UsageError(f"unexpected arguments {argv[1:]}")
+    unknown = set(_MODELS.value) - set(plan.MODEL_NAMES) or set(_SYSTEMS.value) - set(systems.SYSTEMS)
+    if unknown:
+        raise app.UsageError(f"unknown --models/--systems {sorted(unknown)}")
+    make = plan.quick if _QUICK.value else plan.full
+    configs = [c for c in make(tuple(_MODELS.value), _STEPS_SCALE.value) if c.system in _SYSTEMS.value]
+    budget = _BUDGET.value if _BUDGET.value is not None else (480.0 if _QUICK.value else 3 * 3600.0)
+    started = time.monotonic()
+    records = run_plan(configs, Limits(repetitions=_REPETITIONS.value, budget_s=budget, measure_s=_MEASURE_S.value))
+    from ps_toolkit.benchmarks import main_job
+    from ps_toolkit.benchmarks.balance import balance_table
+
+    main_job_runs = _REPETITIONS.value if _MAIN_JOB.value is None else _MAIN_JOB.value
+
+    meta = {
+        "quick": _QUICK.value,
+        "machine": f"{platform.machine()}, {os.cpu_count()} cores, load average {os.getloadavg()[0]:.1f} at the end",
+        "seconds": round(time.monotonic() - started, 1),
+        "placement_balance_2ps": balance_table(_MODELS.value),
+        "main_job": main_job.measure(main_job_runs) if main_job_runs > 0 else None,
+    }
+    meta["seconds"] = round(time.monotonic() - started, 1)
+    paths = report.write_all(records, _OUT.value, meta)
+    print(report.markdown_table(records, meta["main_job"]))
+    print(json.dumps({"written": paths, "seconds": meta["seconds"]}))
+    logging.info("benchmark done in %.0f s", meta["seconds"])
+
+
+def main() -> None:
+    """The ``ps-benchmark`` command."""
+    cli.run_tool(_main, __name__)
+
+
+if __name__ == "__main__":
+    main()
