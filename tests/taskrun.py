@@ -59,6 +59,32 @@ def python_command(script: str, *args: str) -> list:
     return [sys.executable, script, *args]
 
 
+def run_script(
+    command: list, *, timeout: float, env: dict | None = None, cwd: str | None = None
+) -> subprocess.CompletedProcess:
+    """``subprocess.run(command, capture_output=True, text=True, timeout=timeout, env=env, cwd=cwd)``, but
+    the toolkit's task scripts (run_task.py, run_legacy.py) are forked from this process's shared fork
+    server instead of importing TensorFlow again; any other command is exec'd.
+
+    ``env`` is the whole environment (default: this process's). Raises subprocess.TimeoutExpired at
+    the bound; the command's process group is killed whatever happens.
+    """
+    env = dict(os.environ if env is None else env)
+    proc = TaskStarter("fork").start(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=cwd)
+    deadline = time.monotonic() + timeout
+    try:
+        texts = _read_until(proc, deadline)
+        try:
+            code = proc.wait(timeout=max(0.1, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            raise subprocess.TimeoutExpired(command, timeout, output=texts["stdout"], stderr=texts["stderr"]) from None
+    finally:
+        _kill_group(proc)
+        for stream in (proc.stdout, proc.stderr):
+            stream.close()
+    return subprocess.CompletedProcess(command, code, texts["stdout"], texts["stderr"])
+
+
 def run_tasks(
     commands: dict, *, timeout: float, env: dict | None = None, envs: dict | None = None, start_method: str = "fork"
 ) -> dict:

@@ -2,13 +2,13 @@
 
 import json
 import os
-import subprocess
 import sys
 
 import numpy as np
 import pytest
 from fixtures_legacy.launch import RUN_LEGACY
 from fixtures_legacy.mnist_idx import write_digits_idx
+from taskrun import run_script
 
 from ps_toolkit.base.errors import ConfigError
 from ps_toolkit_compat import removed
@@ -17,8 +17,9 @@ FIXTURES = os.path.join(os.path.dirname(os.path.abspath(__file__)), "fixtures_le
 
 
 def run_legacy(*args, timeout=90):
+    """``python scripts/run_legacy.py ARGS``, forked from the tests' fork server (tests/taskrun.py)."""
     env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2")
-    return subprocess.run([sys.executable, RUN_LEGACY, *args], capture_output=True, text=True, timeout=timeout, env=env)
+    return run_script([sys.executable, RUN_LEGACY, *args], timeout=timeout, env=env)
 
 
 def explain(proc) -> str:

@@ -4,12 +4,12 @@ import ast
 import importlib
 import json
 import os
-import subprocess
 import sys
 import time
 
 import pytest
 from fixtures_legacy.launch import RUN_LEGACY
+from taskrun import run_script
 
 from ps_toolkit.base.errors import EXIT_CONFIG, EXIT_RETRYABLE
 from ps_toolkit.launch.ports import reserve_ports
@@ -22,8 +22,8 @@ def run_legacy(*args, env=None, timeout=240):
     full = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2")
     full.pop("TF_CONFIG", None)
     full.update(env or {})
-    command = [sys.executable, RUN_LEGACY, *args]
-    return subprocess.run(command, capture_output=True, text=True, timeout=timeout, env=full)
+    # Forked from the tests' fork server (tests/taskrun.py), which has TensorFlow imported already.
+    return run_script([sys.executable, RUN_LEGACY, *args], timeout=timeout, env=full)
 
 
 def explain(proc) -> str:
