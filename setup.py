@@ -27,7 +27,9 @@ setup(
         ]
     },
     install_requires=[
-        "tensorflow>=2.16",
+        # The versions CI tests: ps_toolkit/base/tf_internals.py uses private TensorFlow names, which
+        # tests/test_tf_internals.py checks against these versions only.
+        "tensorflow>=2.21,<2.22",
         # The maintained legacy Keras: restores tf.compat.v1.layers for old scripts.
         "tf-keras",
         # tf.estimator for old scripts (compat/estimator_support.py): its last release, pure Python, no deps.

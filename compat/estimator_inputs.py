@@ -21,9 +21,8 @@ import json
 import os
 
 import tensorflow as tf
-from tensorflow_estimator.python.estimator import run_config as run_config_lib
-from tensorflow_estimator.python.estimator import util as estimator_util
 
+from ps_toolkit.base import tf_internals
 from ps_toolkit.base.errors import ConfigError
 from ps_toolkit.cluster.config import EVALUATOR, ClusterConfig
 
@@ -65,9 +64,9 @@ def _training_cluster(tf_config: dict) -> dict:
 
 
 def _wrap_run_config() -> None:
-    cls = run_config_lib.RunConfig
+    cls = tf_internals.run_config_class()
     original_init = cls.__init__
-    original_setting = cls._init_distributed_setting_from_environment_var  # noqa: SLF001
+    original_setting = tf_internals.run_config_cluster_setting()
 
     @functools.wraps(original_init)
     def __init__(self, *args, **kwargs):
@@ -83,7 +82,7 @@ def _wrap_run_config() -> None:
             raise ConfigError(f"{TF_CONFIG}: {first} ({TF_CONFIG}={_clip(json.dumps(tf_config))})") from None
 
     cls.__init__ = __init__
-    cls._init_distributed_setting_from_environment_var = init_distributed_setting  # noqa: SLF001
+    tf_internals.set_run_config_cluster_setting(init_distributed_setting)
     cls._ps_toolkit_checked = True
 
 
@@ -106,7 +105,7 @@ def _check_part(value, what: str, result) -> None:
 
 
 def _wrap_parse_input_fn_result() -> None:
-    original = estimator_util.parse_input_fn_result
+    original = tf_internals.input_fn_result_parser()
 
     @functools.wraps(original)
     def parse_input_fn_result(result):
@@ -122,12 +121,12 @@ def _wrap_parse_input_fn_result() -> None:
         return features, labels, hooks
 
     parse_input_fn_result._ps_toolkit_checked = True
-    estimator_util.parse_input_fn_result = parse_input_fn_result
+    tf_internals.set_input_fn_result_parser(parse_input_fn_result)
 
 
 def install() -> None:
     """Wraps RunConfig and parse_input_fn_result of the loaded estimator package. Idempotent."""
-    if not getattr(run_config_lib.RunConfig, "_ps_toolkit_checked", False):
+    if not getattr(tf_internals.run_config_class(), "_ps_toolkit_checked", False):
         _wrap_run_config()
-    if not getattr(estimator_util.parse_input_fn_result, "_ps_toolkit_checked", False):
+    if not getattr(tf_internals.input_fn_result_parser(), "_ps_toolkit_checked", False):
         _wrap_parse_input_fn_result()

@@ -1,7 +1,8 @@
 """``tf.estimator.train_and_evaluate`` on a TF_CONFIG cluster: every role starts promptly and ends by itself.
 
 ``install()`` applies these to the loaded tensorflow-estimator package (its
-``_TrainingExecutor`` is what train_and_evaluate runs on each task):
+per-role executor, ``tf_internals.training_executor_base()``, is what
+train_and_evaluate runs on each task):
 
 - ps: serves until every replica (chief and workers) has told it that it is
   done, then ends the process with status 0 (``ps_toolkit.task.server``'s done
@@ -34,10 +35,7 @@ from ps_toolkit_compat import estimator_support
 
 estimator_support.load()  # the package imports only once TensorFlow's dropped internals are supplied
 
-from tensorflow.python.training import sync_replicas_optimizer  # noqa: E402
-from tensorflow_estimator.python.estimator import estimator as estimator_lib  # noqa: E402
-from tensorflow_estimator.python.estimator import training as training_lib  # noqa: E402
-
+from ps_toolkit.base import tf_internals  # noqa: E402
 from ps_toolkit.cluster.config import CHIEF, ClusterConfig  # noqa: E402
 from ps_toolkit.cluster.preflight import check_host_resolves, check_port_free  # noqa: E402
 from ps_toolkit.task.server import serve_until_done, signal_done  # noqa: E402
@@ -83,7 +81,7 @@ def _chief_address() -> str | None:
     return None
 
 
-class _WatchingEvalListener(training_lib._ContinuousEvalListener):  # noqa: SLF001 -- the estimator's hook point
+class _WatchingEvalListener(tf_internals.continuous_eval_listener_class()):
     """Tells the watch which checkpoint was evaluated, and checks the chief after every pass."""
 
     def __init__(self, watch: CheckpointWatch, inner):
@@ -102,38 +100,38 @@ class _WatchingEvalListener(training_lib._ContinuousEvalListener):  # noqa: SLF0
         return self._inner.after_eval(eval_result)
 
 
-class TrainingExecutor(training_lib._TrainingExecutor):  # noqa: SLF001 -- what train_and_evaluate instantiates
+class TrainingExecutor(tf_internals.training_executor_base()):
     """The estimator's per-role executor with the compat layer's start and end."""
 
     _server = None
 
-    def _start_std_server(self, config):
+    def start_std_server(self, config):
         cluster = _cluster()
         check_host_resolves(cluster)
         check_port_free(cluster)
         task_context.set_task(cluster.task_type, cluster.task_index)
-        self._server = super()._start_std_server(config)
+        self._server = super().start_std_server(config)
         return self._server
 
     def run_ps(self):
-        server = self._start_std_server(self._estimator.config)
+        server = self.start_std_server(self.estimator.config)
         cluster = _cluster()
         order = serve_until_done(cluster, server, orphan_timeout_secs=PS_ORPHAN_SECS)
         log.info("%s: every replica is done (%s); exiting", cluster.device, order)
         raise SystemExit(0)
 
     def run_chief(self):
-        mark_training_started(self._estimator.model_dir)
+        mark_training_started(self.estimator.model_dir)
         result = super().run_chief()
-        mark_training_finished(self._estimator.model_dir)
+        mark_training_finished(self.estimator.model_dir)
         self._signal_done()
         return result
 
     def run_master(self):
         """The TF 1.0-era "master" task: trains and evaluates in one process, as the chief does with an evaluator."""
-        mark_training_started(self._estimator.model_dir)
+        mark_training_started(self.estimator.model_dir)
         result = super().run_master()
-        mark_training_finished(self._estimator.model_dir)
+        mark_training_finished(self.estimator.model_dir)
         self._signal_done()
         return result
 
@@ -148,20 +146,14 @@ class TrainingExecutor(training_lib._TrainingExecutor):  # noqa: SLF001 -- what 
 
     def run_evaluator(self):
         watch = CheckpointWatch(
-            self._estimator.model_dir, self._train_spec.max_steps, _chief_address(), orphan_secs_from_env()
+            self.estimator.model_dir, self.train_spec.max_steps, _chief_address(), orphan_secs_from_env()
         )
-        self._continuous_eval_listener = _WatchingEvalListener(watch, self._continuous_eval_listener)
+        self.continuous_eval_listener = _WatchingEvalListener(watch, self.continuous_eval_listener)
         _CLOCK.watch = watch
         try:
             return super().run_evaluator()
         finally:
             _CLOCK.watch = None
-
-
-def _sync_optimizers(hooks) -> list:
-    """The SyncReplicasOptimizers whose session hooks are among ``hooks``."""
-    hook_type = sync_replicas_optimizer._SyncReplicasOptimizerHook  # noqa: SLF001 -- make_session_run_hook's type
-    return [hook._sync_optimizer for hook in hooks if isinstance(hook, hook_type)]  # noqa: SLF001
 
 
 def monitored_training_session(**kwargs):
@@ -172,20 +164,19 @@ def monitored_training_session(**kwargs):
     still grow.
     """
     hooks = [*(kwargs.get("hooks") or []), *(kwargs.get("chief_only_hooks") or [])]
-    for optimizer in _sync_optimizers(hooks):
+    for optimizer in tf_internals.sync_optimizers_of_hooks(hooks):
         supervision.add_release_op(optimizer)
     return supervision.MonitoredTrainingSession(**kwargs)
 
 
 def install() -> None:
     """Applies the role fixes to the loaded estimator package. Idempotent."""
-    if training_lib._TrainingExecutor is TrainingExecutor:  # noqa: SLF001
+    if tf_internals.installed_training_executor() is TrainingExecutor:
         return
-    training_lib._TrainingExecutor = TrainingExecutor  # noqa: SLF001
-    training_lib._DELAY_SECS_PER_WORKER = WORKER_DELAY_SECS  # noqa: SLF001
-    training_lib._MAX_DELAY_SECS = MAX_WORKER_DELAY_SECS  # noqa: SLF001
-    training_lib.time = _CLOCK
-    estimator_lib.training = _DelegatingModule(
-        estimator_lib.training, {"MonitoredTrainingSession": monitored_training_session}
+    tf_internals.install_training_executor(TrainingExecutor, WORKER_DELAY_SECS, MAX_WORKER_DELAY_SECS, _CLOCK)
+    tf_internals.set_estimator_train_module(
+        _DelegatingModule(
+            tf_internals.estimator_train_module(), {"MonitoredTrainingSession": monitored_training_session}
+        )
     )
     estimator_inputs.install()

@@ -9,7 +9,8 @@ estimator. ``SUPPLIED`` names each one this module provides, and why; each is
 provided only where TensorFlow lacks it. ``problems()`` lists, one line each,
 any TF internal this support relies on that the installed TensorFlow does not
 have (tests/test_estimator_compat.py runs it, so a TensorFlow upgrade that
-breaks one fails with the internal's name).
+breaks one fails with the internal's name). The TF internals named here and
+used here are declared in ``ps_toolkit.base.tf_internals``.
 
 The estimator's modules run ``import tensorflow as tf`` at import time and
 expect the real TensorFlow 2 module there (``tf.compat.v1``, ``tf.keras``),
@@ -25,6 +26,7 @@ import importlib.util
 import sys
 import types
 
+from ps_toolkit.base import tf_internals
 from ps_toolkit.base.errors import ConfigError
 
 PACKAGE = "tensorflow_estimator"
@@ -33,25 +35,25 @@ ESTIMATOR_API_NAME = "estimator"
 
 # Every TF internal supplied here: module (or module attribute) -> why.
 SUPPLIED = {
-    "tensorflow.python.distribute.estimator_training": (
+    tf_internals.ESTIMATOR_TRAINING_MODULE: (
         "the bridge to TF's distribute coordinator (removed with it in TF 2.16); the estimator asks it "
         "should_run_distribute_coordinator(config) before every train_and_evaluate, and RunConfig calls "
         "init_run_config when train_distribute is set. Supplied: False, so the estimator's own between-graph "
         "path from TF_CONFIG runs; init_run_config for a local distribution strategy; its three coordinator "
         "entry points (estimator_train, estimator_evaluate, train_and_evaluate) as one-line errors"
     ),
-    "tensorflow.python.tpu.tpu_embedding": (
+    tf_internals.TPU_EMBEDDING_MODULE: (
         "TPU embedding tables (TF 2.16 removed the TF1 version); the estimator's TPUEstimator imports seven "
         "optimizer-parameter classes from it at import time. Supplied: those classes; using one, or any other "
         "name, is a one-line error (no TPU support)"
     ),
-    "tensorflow.python.tpu.session_support": (
+    tf_internals.TPU_SESSION_SUPPORT_MODULE: (
         "TPU worker watchdogs and shutdown hooks, imported by TPUEstimator at import time; any use is a one-line error"
     ),
-    "tensorflow.python.tpu.tpu_embedding_gradient": (
+    tf_internals.TPU_EMBEDDING_GRADIENT_MODULE: (
         "gradients through TPU embedding tables, imported by TPUEstimator at import time; any use is a one-line error"
     ),
-    "tensorflow.python.util.tf_export.ESTIMATOR_API_NAME": (
+    tf_internals.ESTIMATOR_API_NAME_ATTRIBUTE: (
         "the 'estimator' API name every @estimator_export decorator passes to tf_export.api_export, and its "
         "API_ATTRS / API_ATTRS_V1 entries (the attribute names that hold a symbol's exported names)"
     ),
@@ -142,24 +144,23 @@ def init_run_config(config, tf_config: dict) -> None:
     a TF_CONFIG cluster it ran on the distribute coordinator, which TensorFlow
     removed: that is a one-line error pointing at between-graph training.
     """
-    # pylint: disable=protected-access -- RunConfig's own fields, as TensorFlow's version set them
-    experimental = config._experimental_distribute
+    train_distribute, eval_distribute, experimental = tf_internals.run_config_strategies(config)
     if experimental is not None:
-        config._train_distribute = config._train_distribute or experimental.train_distribute
-        config._eval_distribute = config._eval_distribute or experimental.eval_distribute
+        train_distribute = train_distribute or experimental.train_distribute
+        eval_distribute = eval_distribute or experimental.eval_distribute
+        tf_internals.set_run_config_strategies(config, train_distribute, eval_distribute)
         if getattr(experimental, "remote_cluster", None):
             raise ConfigError(
                 "RunConfig(experimental_distribute=DistributeConfig(remote_cluster=...)) needs TensorFlow's "
                 "distribute coordinator, which TensorFlow 2.16 removed"
             )
-    if tf_config.get("cluster") and config._train_distribute is not None:
+    if tf_config.get("cluster") and train_distribute is not None:
         raise ConfigError(
-            f"RunConfig(train_distribute={type(config._train_distribute).__name__}) with a TF_CONFIG cluster ran on "
+            f"RunConfig(train_distribute={type(train_distribute).__name__}) with a TF_CONFIG cluster ran on "
             "TensorFlow's distribute coordinator, which TensorFlow 2.16 removed; leave train_distribute unset "
             "for parameter-server (between-graph) training from TF_CONFIG"
         )
-    config._distribute_coordinator_mode = None
-    config._init_distributed_setting_from_environment_var(tf_config)
+    tf_internals.init_run_config_cluster(config, tf_config)
 
 
 def _coordinator_only(name: str):
@@ -173,7 +174,7 @@ def _coordinator_only(name: str):
 
 
 def _estimator_training_module() -> types.ModuleType:
-    name = "tensorflow.python.distribute.estimator_training"
+    name = tf_internals.ESTIMATOR_TRAINING_MODULE
     module = types.ModuleType(name, SUPPLIED[name])
     module.should_run_distribute_coordinator = should_run_distribute_coordinator
     module.init_run_config = init_run_config
@@ -193,14 +194,12 @@ def _missing(module_name: str) -> bool:
 
 def _supply_modules() -> None:
     builders = {
-        "tensorflow.python.distribute.estimator_training": _estimator_training_module,
-        "tensorflow.python.tpu.tpu_embedding": lambda: _tpu_module(
-            "tensorflow.python.tpu.tpu_embedding", _TPU_EMBEDDING_CLASSES
+        tf_internals.ESTIMATOR_TRAINING_MODULE: _estimator_training_module,
+        tf_internals.TPU_EMBEDDING_MODULE: lambda: _tpu_module(
+            tf_internals.TPU_EMBEDDING_MODULE, _TPU_EMBEDDING_CLASSES
         ),
-        "tensorflow.python.tpu.session_support": lambda: _tpu_module("tensorflow.python.tpu.session_support"),
-        "tensorflow.python.tpu.tpu_embedding_gradient": lambda: _tpu_module(
-            "tensorflow.python.tpu.tpu_embedding_gradient"
-        ),
+        tf_internals.TPU_SESSION_SUPPORT_MODULE: lambda: _tpu_module(tf_internals.TPU_SESSION_SUPPORT_MODULE),
+        tf_internals.TPU_EMBEDDING_GRADIENT_MODULE: lambda: _tpu_module(tf_internals.TPU_EMBEDDING_GRADIENT_MODULE),
     }
     for name, build in builders.items():
         if _missing(name):
@@ -210,30 +209,14 @@ def _supply_modules() -> None:
             setattr(importlib.import_module(parent), child, module)
 
 
-def _teach_tf_export() -> None:
-    from tensorflow.python.util import tf_export
-
-    if not hasattr(tf_export, "ESTIMATOR_API_NAME"):
-        tf_export.ESTIMATOR_API_NAME = ESTIMATOR_API_NAME
-    attributes = tf_export._Attributes  # noqa: SLF001 -- the record type of API_ATTRS entries
-    name = tf_export.ESTIMATOR_API_NAME
-    tf_export.API_ATTRS.setdefault(name, attributes(f"_{name}_api_names", f"_{name}_api_constants"))
-    tf_export.API_ATTRS_V1.setdefault(name, attributes(f"_{name}_api_names_v1", f"_{name}_api_constants_v1"))
-
-
 def problems() -> list[str]:
     """What the installed TensorFlow lacks that this support relies on; one line each, empty when all is well."""
-    found = []
-    try:
-        from tensorflow.python.util import tf_export
-    except ImportError as err:
-        return [f"tensorflow.python.util.tf_export cannot be imported ({err})"]
-    for attribute in ("api_export", "_Attributes", "API_ATTRS", "API_ATTRS_V1"):
-        if not hasattr(tf_export, attribute):
-            found.append(f"tensorflow.python.util.tf_export.{attribute} is gone (the estimator's API export needs it)")
-    for parent in ("tensorflow.python.distribute", "tensorflow.python.tpu"):
-        if importlib.util.find_spec(parent) is None:
-            found.append(f"{parent} is gone (the supplied modules are registered below it)")
+    # The estimator's own internals are checked once it is loaded (tests/test_tf_internals.py): it cannot import yet.
+    found = tf_internals.missing(
+        use
+        for use in tf_internals.USES
+        if use.used_by == tf_internals.ESTIMATOR_SUPPORT and not use.owner.startswith(PACKAGE)
+    )
     if importlib.util.find_spec(PACKAGE) is None:
         found.append(f"the {PACKAGE} package is not installed (pip install tensorflow-estimator=={PINNED_VERSION})")
     return found
@@ -257,9 +240,9 @@ def load() -> EstimatorApi:
     if found:
         raise ConfigError("tf.estimator cannot be loaded: " + "; ".join(found))
     _supply_modules()
-    _teach_tf_export()
-    v1 = importlib.import_module(f"{PACKAGE}._api.v1.estimator")
-    v2 = importlib.import_module(f"{PACKAGE}._api.v2.estimator")
+    tf_internals.register_export_api(ESTIMATOR_API_NAME)
+    v1 = importlib.import_module(tf_internals.ESTIMATOR_API_V1_MODULE)
+    v2 = importlib.import_module(tf_internals.ESTIMATOR_API_V2_MODULE)
     prefix = v1.__name__
     v1_modules = {
         name[len(prefix) + 1 :]: module

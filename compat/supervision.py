@@ -22,6 +22,7 @@ import logging
 
 import tensorflow as tf
 
+from ps_toolkit.base import tf_internals
 from ps_toolkit.task.sessions import FastWorkerSessionCreator
 from ps_toolkit.training.hooks import SyncReleaseHook, release_tokens_op
 from ps_toolkit_compat.task_context import filled_config
@@ -57,8 +58,7 @@ def add_release_op(optimizer, global_step=None) -> None:
     """
     if getattr(optimizer, "_ps_toolkit_release_added", False):
         return
-    # SyncReplicasOptimizer keeps its one shared token queue private.
-    queue = optimizer._sync_token_queue  # noqa: SLF001
+    queue = tf_internals.sync_token_queue(optimizer)
     if queue is None:
         return  # its gradients were never applied: no queue, nothing blocks on it
     step = global_step if global_step is not None else _v1.train.get_global_step()
@@ -73,7 +73,7 @@ def release_ops(graph) -> list:
 def release_sync_replicas(session) -> None:
     """Puts spare tokens in every sync token queue of the session's graph. Bounded; never raises."""
     ops = release_ops(session.graph)
-    if not ops or session._closed:  # noqa: SLF001 -- a closed session cannot run anything
+    if not ops or tf_internals.session_closed(session):  # a closed session cannot run anything
         return
     try:
         session.run(ops, options=_v1.RunOptions(timeout_in_ms=_RELEASE_TIMEOUT_MS))

@@ -31,7 +31,7 @@ import socket
 import sys
 import warnings
 
-from ps_toolkit.base import tf_import
+from ps_toolkit.base import tf_import, tf_internals
 from ps_toolkit.process import fork_child, fork_protocol
 
 # Threads that TensorFlow 2.21's ``import tensorflow`` starts (after numpy's
@@ -66,9 +66,7 @@ def runtime_started(allowed_threads: int) -> str | None:
     threads = thread_count()
     if threads > allowed_threads:
         return f"{threads} threads where at most {allowed_threads} are expected"
-    context = sys.modules.get("tensorflow.python.eager.context")
-    current = context.context_safe() if context is not None else None
-    if current is not None and getattr(current, "_context_handle", None) is not None:
+    if tf_internals.eager_runtime_started():
         return "an eager context has been created"
     return None
 

@@ -20,7 +20,7 @@ import uuid
 
 import tensorflow as tf
 
-from ps_toolkit.base import paths
+from ps_toolkit.base import paths, tf_internals
 from ps_toolkit.base.errors import ConfigError
 from ps_toolkit.cluster.config import PS, ClusterConfig
 
@@ -161,12 +161,10 @@ def check_model_matches_checkpoint(checkpoint_dir: str, variables) -> int | None
 
 def _saveable_shapes(variables) -> dict[str, list[int]]:
     """{checkpoint key: full shape} as the Saver names them; a partitioned variable counts once, whole."""
-    from tensorflow.python.training.saving import saveable_object_util
-
     shapes = {}
-    for name, value in saveable_object_util.op_list_to_dict(list(variables)).items():
+    for name, value in tf_internals.saver_keyed_variables(variables).items():
         if isinstance(value, list | tuple):  # the slices of a partitioned variable
-            shapes[name] = list(value[0]._save_slice_info.full_shape)
+            shapes[name] = tf_internals.partitioned_full_shape(value)
         else:
             shapes[name] = value.shape.as_list()
     return shapes

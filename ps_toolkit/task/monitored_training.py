@@ -54,7 +54,9 @@ def _chief_saving_hooks(config: TrainConfig, graph: TrainGraph, listeners=()) ->
     # it reads the global step again after EVERY run: one more round trip to the ps
     # per step, 36% of the sync chief's busy time in a py-spy profile. With the
     # true count it reads only when a save may be due (a save is at most one run late).
-    saver_hook._set_steps_per_run(config.steps_per_run)
+    from ps_toolkit.base.tf_internals import set_saver_steps_per_run
+
+    set_saver_steps_per_run(saver_hook, config.steps_per_run)
     return [
         saver_hook,
         tf.compat.v1.train.SummarySaverHook(

@@ -10,6 +10,7 @@ import time
 
 import tensorflow as tf
 
+from ps_toolkit.base import tf_internals
 from ps_toolkit.base.task_lines import PROGRESS_PREFIX
 
 # Ops the chief runs when it is about to initialize or restore the model (not when it keeps the
@@ -214,7 +215,7 @@ class SyncReplicasHook(tf.compat.v1.train.SessionRunHook):
             self._queue_runner.create_threads(session, coord=coord, daemon=True, start=True)
 
 
-class WakingQueueRunner(tf.compat.v1.train.QueueRunner):
+class WakingQueueRunner(tf_internals.queue_runner_base()):
     """A queue runner that, when its op fails, runs ``wake_op`` after reporting the error to the coordinator.
 
     The chief's aggregation runs in this thread while the chief's own step
@@ -226,11 +227,11 @@ class WakingQueueRunner(tf.compat.v1.train.QueueRunner):
         super().__init__(**kwargs)
         self._wake_op = wake_op
 
-    def _run(self, sess, enqueue_op, coord=None):
+    def run_thread(self, sess, enqueue_op, coord=None):
         if coord is None:
-            super()._run(sess, enqueue_op, coord)
+            super().run_thread(sess, enqueue_op, coord)
             return
-        super()._run(sess, enqueue_op, _WakeOnError(coord, lambda: self._wake(sess)))
+        super().run_thread(sess, enqueue_op, _WakeOnError(coord, lambda: self._wake(sess)))
 
     def _wake(self, sess) -> None:
         try:
