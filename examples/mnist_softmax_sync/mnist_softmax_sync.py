@@ -2,7 +2,7 @@
 
     python scripts/launch_local.py --ps_hosts=localhost:9001 \
         --worker_hosts=localhost:9002,localhost:9003,localhost:9004 --success_policy=all_workers --ps_grace_secs=0 \
-        -- python scripts/run_legacy.py scripts/examples/mnist_softmax_sync.py --n_epochs=100
+        -- python scripts/run_legacy.py examples/mnist_softmax_sync/mnist_softmax_sync.py --n_epochs=100
 
 A TF 1.x script in the book's shape, run unchanged through scripts/run_legacy.py.
 The book's known bugs are fixed, each marked "FIX:"; --data_dir defaults to the
@@ -15,7 +15,9 @@ import sys
 import tensorflow as tf
 from tensorflow.examples.tutorials.mnist import input_data
 
-EMBEDDED_DIGITS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "ps_toolkit", "embedded_digits")
+EMBEDDED_DIGITS = os.path.join(
+    os.path.dirname(os.path.abspath(__file__)), "..", "..", "ps_toolkit", "models", "embedded_digits"
+)
 
 FLAGS = tf.flags.FLAGS
 tf.flags.DEFINE_string("job_name", "ps", "name of the job: ps or worker")
