@@ -4,8 +4,8 @@ Train it on a local cluster of 2 ps and 2 workers (from the repository root):
 
     PYTHONPATH=examples/wide_deep python scripts/launch_local.py --num_ps=2 --num_workers=2 \\
         --model_fn=clicks_wide_deep:model_fn --input_fn=clicks_wide_deep:input_fn \\
-        --eval_input_fn=clicks_wide_deep:eval_input_fn --optimizer=adagrad --train_steps=2000 \\
-        --export_dir=/tmp/clicks_wide_deep
+        --eval_input_fn=clicks_wide_deep:eval_input_fn --optimizer=adagrad --train_steps=1000 \\
+        --export_dir=/tmp/clicks
 
 Data: the sharded CSV files of ``params["data_dir"]`` (default: ``data/`` beside
 this file, made by make_clicks_data.py). Each worker reads its own shards

@@ -12,7 +12,6 @@ import sys
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 LAUNCH_LOCAL = os.path.join(REPO, "scripts", "launch_local.py")
 RUN_LEGACY = os.path.join(REPO, "scripts", "run_legacy.py")
-EXAMPLES = os.path.join(REPO, "scripts", "examples")
 
 
 @dataclasses.dataclass

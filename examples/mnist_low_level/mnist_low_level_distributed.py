@@ -1,11 +1,11 @@
 """TensorFlow's low-level distributed MNIST (between-graph, async) in TF 1.x style, run unchanged via run_legacy.
 
     python scripts/launch_local.py --num_ps=1 --num_workers=2 --success_policy=all_workers --ps_grace_secs=0 \
-        -- python scripts/run_legacy.py scripts/examples/mnist_low_level_distributed.py --train_steps=1000
+        -- python scripts/run_legacy.py examples/mnist_low_level/mnist_low_level_distributed.py --train_steps=1000
 
 or one terminal per task, the classic way (ps first):
 
-    python scripts/run_legacy.py scripts/examples/mnist_low_level_distributed.py --ps_hosts=127.0.0.1:2222 \
+    python scripts/run_legacy.py examples/mnist_low_level/mnist_low_level_distributed.py --ps_hosts=127.0.0.1:2222 \
         --worker_hosts=127.0.0.1:2223,127.0.0.1:2224 --job_name=ps --task_index=0     # then worker 0 and 1
 
 A 784-128-10 network from tf.layers (legacy Keras), MonitoredTrainingSession,

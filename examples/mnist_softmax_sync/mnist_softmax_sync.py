@@ -2,7 +2,7 @@
 
     python scripts/launch_local.py --ps_hosts=localhost:9001 \
         --worker_hosts=localhost:9002,localhost:9003,localhost:9004 --success_policy=all_workers --ps_grace_secs=0 \
-        -- python scripts/run_legacy.py scripts/examples/mnist_softmax_sync.py --n_epochs=100
+        -- python scripts/run_legacy.py examples/mnist_softmax_sync/mnist_softmax_sync.py --n_epochs=100
 
 A TF 1.x script in the book's shape, run unchanged through scripts/run_legacy.py.
 The book's known bugs are fixed, each marked "FIX:"; --data_dir defaults to the

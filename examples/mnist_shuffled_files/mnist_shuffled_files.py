@@ -1,7 +1,7 @@
 """The data advice of the seeds: shuffle the list of shard files, then shuffle records, per worker (TF 1.x style).
 
     python scripts/launch_local.py --num_ps=1 --num_workers=2 --success_policy=all_workers --ps_grace_secs=0 \
-        -- python scripts/run_legacy.py scripts/examples/mnist_shuffled_files.py --train_steps=600
+        -- python scripts/run_legacy.py examples/mnist_shuffled_files/mnist_shuffled_files.py --train_steps=600
 
 Even a well-shuffled data set on disk makes every worker read the same batch
 at the same time if they all read it straight through: the workers then

@@ -1,14 +1,16 @@
 """MNIST with a custom tf.estimator and train_and_evaluate, TF 1.x style: seed 003's four TF_CONFIG roles.
 
-    python scripts/launch_local.py --chief --num_workers=1 --num_ps=1 --evaluator \
-        -- python scripts/run_legacy.py scripts/examples/mnist_train_and_evaluate.py --model_dir=/tmp/mnist_tae
+    python scripts/launch_local.py --chief --num_workers=1 --num_ps=1 --evaluator --grace_secs=30 --ps_grace_secs=30 \
+        -- python scripts/run_legacy.py examples/mnist_train_and_evaluate/mnist_train_and_evaluate.py \
+        --model_dir=/tmp/mnist_tae
 
 or one terminal per task, each with its own TF_CONFIG (seed 003's commands; the evaluator is not part of the
 training cluster):
 
     TF_CONFIG='{"cluster": {"chief": ["localhost:2000"], "worker": ["localhost:2001"], "ps": ["localhost:2002"]},
       "task": {"type": "ps", "index": 0}}' \
-      python scripts/run_legacy.py scripts/examples/mnist_train_and_evaluate.py --model_dir=/tmp/mnist_tae
+      python scripts/run_legacy.py examples/mnist_train_and_evaluate/mnist_train_and_evaluate.py \
+      --model_dir=/tmp/mnist_tae
     # then "chief", "worker" and "evaluator" as the task type
 
 and without TF_CONFIG it trains and evaluates in one process (seed 003's "local training").

@@ -4,10 +4,11 @@ Run it from an empty folder (it reads ./train.csv-* and ./valid.csv and writes .
 
     mkdir -p /tmp/taxifare && cd /tmp/taxifare
     python REPO/scripts/launch_local.py --chief --num_workers=1 --num_ps=1 --evaluator --grace_secs=30 \
-        --ps_grace_secs=30 -- python REPO/scripts/run_legacy.py REPO/scripts/examples/taxifare_train_and_evaluate.py
+        --ps_grace_secs=30 -- python REPO/scripts/run_legacy.py \
+        REPO/examples/taxifare_train_and_evaluate/taxifare_train_and_evaluate.py
 
-or ``python REPO/scripts/run_legacy.py REPO/scripts/examples/taxifare_train_and_evaluate.py`` alone (local
-training, as in the notebook).
+or ``python REPO/scripts/run_legacy.py REPO/examples/taxifare_train_and_evaluate/taxifare_train_and_evaluate.py``
+alone (local training, as in the notebook).
 
 The notebook's cells are below unchanged and in their order, except one typo
 fixed (``flat_mapla`` is ``flat_map``); its data-shuffling cell is the

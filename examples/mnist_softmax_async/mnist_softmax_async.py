@@ -1,7 +1,7 @@
 """Mastering TensorFlow ch. 15: MNIST softmax regression, between-graph, asynchronous updates (TF 1.x style).
 
     python scripts/launch_local.py --num_ps=1 --num_workers=2 --success_policy=all_workers --ps_grace_secs=0 \
-        -- python scripts/run_legacy.py scripts/examples/mnist_softmax_async.py --n_epochs=200
+        -- python scripts/run_legacy.py examples/mnist_softmax_async/mnist_softmax_async.py --n_epochs=200
 
 A TF 1.x script in the book's shape, run unchanged through scripts/run_legacy.py.
 The book's known bugs are fixed, each marked "FIX:"; --data_dir defaults to the

@@ -1,0 +1,25 @@
+"""Set-up shared by tests/ and examples/: absl flags parsed, TensorFlow quiet, open ports allowed where unguardable.
+
+At the repository root so that it applies to both test folders; tests/conftest.py holds the fixtures.
+"""
+
+import os
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+# The legacy Keras, as the toolkit's scripts choose it: tf.compat.v1.layers needs it.
+os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")
+
+from absl import flags  # noqa: E402
+
+from ps_toolkit.task import port_guard  # noqa: E402
+
+# Standalone tasks guard their ports with packet-filter rules (ps_toolkit/task/port_guard.py) or
+# refuse to start. Where no rules can be installed (not root), the tests' own loopback
+# clusters run with their ports open; tests/test_open_ports.py checks the refusal itself.
+if port_guard.unavailable_reason():
+    os.environ.setdefault(port_guard.ALLOW_OPEN_PORTS_ENV, "1")
+
+
+def pytest_configure(config):
+    # absl-based code reads flags; under pytest nothing parses them.
+    flags.FLAGS.mark_as_parsed()
