@@ -13,7 +13,7 @@ import tensorflow as tf
 
 from ps_toolkit.launch.local_cluster import InProcessCluster
 from ps_toolkit.placement import strategies
-from ps_toolkit.training import sync_multi_step
+from ps_toolkit.training import multi_step
 from ps_toolkit.training.hooks import SyncReplicasHook
 from ps_toolkit.training.sync_replicas import PerReplicaSyncOptimizer
 
@@ -212,7 +212,7 @@ def test_a_backup_replica_that_starts_after_the_end_takes_a_release_token(cluste
 
 
 def build_looping_worker(cluster, index, steps_per_run, last_step):
-    """Worker ``index`` with ps_toolkit.training.sync_multi_step: up to ``steps_per_run`` sync steps per run."""
+    """Worker ``index`` with multi_step.sync_multi_step: up to ``steps_per_run`` sync steps per run."""
     num_replicas = cluster.cluster_config("worker", index).num_replicas
 
     def make_train(optimizer, global_step, var0, var1):
@@ -221,7 +221,7 @@ def build_looping_worker(cluster, index, steps_per_run, last_step):
             grad0, grad1 = (tf.constant(g) for g in GRADIENTS[index])
             return tf.reduce_sum(var0.read_value()), [(grad0, var0), (grad1, var1)]
 
-        return sync_multi_step.multi_step(
+        return multi_step.sync_multi_step(
             optimizer, global_step, [var0, var1], loss_and_gradients, steps_per_run, last_step
         )
 
@@ -286,7 +286,7 @@ def test_sync_loop_refuses_a_variable_without_gradient():
             return loss, [(tf.ones([1]), used), (None, unused)]
 
         with pytest.raises(ValueError, match="none for unused:0"):
-            sync_multi_step.multi_step(optimizer, global_step, [used, unused], loss_and_gradients, 3, 10)
+            multi_step.sync_multi_step(optimizer, global_step, [used, unused], loss_and_gradients, 3, 10)
 
 
 def test_sync_loop_refuses_an_undeclared_sparse_gradient():
@@ -301,7 +301,7 @@ def test_sync_loop_refuses_an_undeclared_sparse_gradient():
             return tf.reduce_sum(rows), [(tf.IndexedSlices(tf.ones([1, 1]), tf.constant([0])), table)]
 
         with pytest.raises(ValueError, match="gradient of table:0 is not of the kind"):
-            sync_multi_step.multi_step(optimizer, global_step, [table], loss_and_gradients, 3, 10)
+            multi_step.sync_multi_step(optimizer, global_step, [table], loss_and_gradients, 3, 10)
 
 
 def test_per_replica_tokens_refuse_what_they_cannot_do():

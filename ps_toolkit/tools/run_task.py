@@ -23,6 +23,7 @@ from ps_toolkit.base import (
 )
 from ps_toolkit.cluster import preflight
 from ps_toolkit.cluster.config import ClusterConfig
+from ps_toolkit.process import task_streams
 from ps_toolkit.task import open_ports
 from ps_toolkit.training.config import TrainConfig
 
@@ -57,6 +58,7 @@ def run(cluster: ClusterConfig, config: TrainConfig) -> None:
 
 
 def _main(argv):
+    task_streams.install()  # a full log disk drops output instead of ending the task
     if len(argv) > 1:
         cli.fail(f"unexpected arguments {' '.join(argv[1:])!r}; flags look like --name=value")
     with cli.user_errors():

@@ -42,7 +42,7 @@ class TrainConfig:
     # 120 s default is what makes a sync chief hang at exit.
     stop_grace_secs: float = 0.25
     # Steps per session.run, in an in-graph loop (ps_toolkit.training.multi_step, async;
-    # ps_toolkit.training.sync_multi_step, sync): the per-run overhead (Python, hooks, RunStep, a
+    # ps_toolkit.training.multi_step, sync): the per-run overhead (Python, hooks, RunStep, a
     # RunGraph RPC per ps) is paid once. run_task.py's default is 20; the library's
     # is 1, what a MonitoredSession user (and train_and_evaluate) expects.
     steps_per_run: int = 1

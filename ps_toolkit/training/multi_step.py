@@ -1,18 +1,40 @@
-"""Graph-level performance levers: several SGD steps per session.run in an in-graph loop.
+"""Several training steps per session.run, in one in-graph loop: async SGD steps or sync replica steps.
 
 On a between-graph cluster of small models each step's cost is mostly fixed
 overhead, not arithmetic: a Python ``session.run`` through the MonitoredSession
 hooks, the master's RunStep, a RunGraph RPC to every ps partition and the feed.
 Running ``steps_per_run`` steps inside one ``tf.while_loop`` pays that overhead
 once per run; each iteration still pulls the current parameters from the
-parameter servers and pushes its update there, so the algorithm is unchanged
-(async SGD, one global-step increment per step).
+parameter servers and pushes its update there, so the algorithm is unchanged.
+
+- ``multi_step``: async SGD, one global-step increment per step.
+- ``sync_multi_step``: SyncReplicasOptimizer's replica side. A sync step is a
+  chain of waits (push gradients, wait for the aggregated update's token, pull
+  the new parameters); each iteration does what the replica train op does
+  (push each gradient into its accumulator stamped with the replica's local
+  step, take a token, adopt the global step as the new local step). The
+  aggregation is ``sync_replicas.PerReplicaSyncOptimizer``'s (TensorFlow's
+  accumulators and chief update, a token queue per replica), built once,
+  outside the loop, so staleness checks, backup replicas and the chief's init
+  ops are unchanged. The caller says which variables get sparse gradients
+  (``sparse_names``: an embedding table's IndexedSlices, aggregated as a mean
+  per row); a gradient of the other kind, or a variable without one, is
+  refused when the loop is built. A wake-up token from the chief
+  (``sync_replicas.WAKE_TOKEN``: its session was re-created, or its
+  aggregation failed) ends the loop, so that MonitoredSession notices the
+  failed session. The loop also stops as soon as the global step reaches the
+  last step, read on every iteration, so no replica asks for a token past the
+  end of training; one already waiting is freed by the release tokens
+  (``hooks.SyncReleaseHook``) of the first replica to end.
 
 Example:
     with tf.compat.v1.device(device_fn):
-        step = fast_path.apply_step_fn(optimizer, global_step, lambda: loss_and_gradients(iterator.get_next()))
-        run = fast_path.multi_step(step, steps_per_run)
+        step = multi_step.apply_step_fn(optimizer, global_step, lambda: loss_and_gradients(iterator.get_next()))
+        run = multi_step.multi_step(step, steps_per_run)
     ... session.run([run.loss, run.global_step], {run.num_steps: 10})
+
+    sync = PerReplicaSyncOptimizer(optimizer, replicas_to_aggregate=2, total_num_replicas=2, replica_index=0)
+    run = multi_step.sync_multi_step(sync, global_step, variables, loss_and_gradients, steps_per_run=10, last_step=1000)
 """
 
 from __future__ import annotations
@@ -60,27 +82,91 @@ def multi_step(step_fn, default_steps: int, *, tf1_loop: bool = False) -> MultiS
     functional loop's body cannot hold a gradient colocated with a lookup on a
     ps (an embedding table read in place); a TF1 loop can.
     """
+
+    def step():
+        loss, update = step_fn()
+        return loss, update, tf.constant(False)
+
+    return _steps_loop(step, default_steps, tf1_loop=tf1_loop, name="steps_per_run_loop")
+
+
+def sync_multi_step(
+    sync_optimizer,
+    global_step,
+    variables,
+    loss_and_gradients,
+    steps_per_run: int,
+    last_step: int,
+    sparse_names=frozenset(),
+) -> MultiStep:
+    """Up to ``num_steps`` sync steps in one run, stopping early once ``global_step`` reaches ``last_step``.
+
+    ``sync_optimizer`` is a ``sync_replicas.PerReplicaSyncOptimizer``;
+    ``loss_and_gradients()`` returns (loss, (gradient, variable) pairs) for
+    ``variables``; it is called inside the loop, once. Builds the optimizer's
+    aggregation (its chief queue runner, token queues and init ops) as a side
+    effect, as ``sync_optimizer.apply_gradients`` would.
+    """
+    if steps_per_run < 1:
+        raise ValueError(f"steps per run must be at least 1, got {steps_per_run}")
+    sparse_names = frozenset(sparse_names)
+    # Built once, outside the loop: the chief's queue runner takes from these accumulators.
+    sync_optimizer.build_aggregation(variables, global_step, sparse_names)
+    accumulators = sync_optimizer.accumulators()
+
+    def step():
+        loss, grads_and_vars = loss_and_gradients()
+        _check_every_variable_has_a_gradient(grads_and_vars, accumulators, sparse_names)
+        new_local_step, woken = sync_optimizer.push_and_take_token_or_wake(grads_and_vars)
+        return loss, new_local_step, woken
+
+    def before_last_step():
+        with tf.compat.v1.device(global_step.device):
+            return global_step.read_value() < last_step
+
+    # TF1 control flow: the accumulators' handles are reference tensors, which a
+    # TF2 (functional) loop cannot carry; a TF1 loop enters them as RefEnter.
+    return _steps_loop(
+        step,
+        steps_per_run,
+        tf1_loop=True,
+        name="sync_steps_per_run_loop",
+        keep_going=before_last_step,
+        global_step=global_step,
+    )
+
+
+def _steps_loop(step_fn, default_steps: int, *, tf1_loop: bool, name: str, keep_going=None, global_step=None):
+    """The loop both kinds share: ``step_fn()`` gives (loss, the op the step ends with, stop now?).
+
+    The loop runs until ``num_steps`` iterations are done, a step says stop,
+    or ``keep_going()`` (read before each iteration) is false.
+    """
     if default_steps < 1:
         raise ValueError(f"steps per run must be at least 1, got {default_steps}")
     num_steps = tf.compat.v1.placeholder_with_default(tf.constant(default_steps, tf.int32), [], name="steps_per_run")
 
-    def body(i, _loss):
-        loss, update = step_fn()
-        with tf.control_dependencies([update]):
-            return i + 1, tf.cast(loss, tf.float32)
+    def body(i, _loss, _stop):
+        loss, done, stop = step_fn()
+        with tf.control_dependencies([done]):
+            return i + 1, tf.cast(loss, tf.float32), tf.identity(stop)
+
+    def condition(i, _loss, stop):
+        going = tf.logical_and(i < num_steps, tf.logical_not(stop))
+        return going if keep_going is None else tf.logical_and(going, keep_going())
 
     # One iteration at a time: step i+1 must read the parameters step i updated.
     with tf1_control_flow() if tf1_loop else contextlib.nullcontext():
-        steps_done, loss = tf.while_loop(
-            lambda i, _: i < num_steps,
+        steps_done, loss, _ = tf.compat.v1.while_loop(
+            condition,
             body,
-            [tf.constant(0), tf.constant(0.0)],
+            [tf.constant(0), tf.constant(0.0), tf.constant(False)],
             parallel_iterations=1,
             back_prop=False,
-            name="steps_per_run_loop",
+            name=name,
         )
     with tf.control_dependencies([loss]):
-        new_step = tf.compat.v1.train.get_global_step().read_value()
+        new_step = (global_step if global_step is not None else tf.compat.v1.train.get_global_step()).read_value()
     return MultiStep(num_steps, loss, new_step, steps_done)
 
 
@@ -106,3 +192,25 @@ def tf1_control_flow():
     finally:
         if was_v2:
             tf.compat.v1.enable_control_flow_v2()
+
+
+def _check_every_variable_has_a_gradient(grads_and_vars, accumulators: dict, sparse_names: frozenset) -> None:
+    """The chief's queue runner takes a gradient from EVERY accumulator: one never fed would block it forever.
+
+    Each gradient must also be of the kind its accumulator was built for
+    before the body: IndexedSlices for ``sparse_names``, dense for the rest.
+    """
+    wrong_kind = sorted(
+        var.name
+        for grad, var in grads_and_vars
+        if grad is not None and isinstance(grad, tf.IndexedSlices) != (var.name in sparse_names)
+    )
+    if wrong_kind:
+        raise ValueError(
+            f"sync training in a loop: the gradient of {', '.join(wrong_kind)} is not of the kind "
+            "(sparse or dense) declared when the loop was built"
+        )
+    fed = {var.name for grad, var in grads_and_vars if grad is not None}
+    starved = sorted(set(accumulators) - fed)
+    if starved:
+        raise ValueError(f"sync training needs a gradient for every variable passed; none for {', '.join(starved)}")

@@ -28,7 +28,7 @@ import tensorflow as tf
 from ps_toolkit.base.errors import ConfigError
 from ps_toolkit.cluster.config import ClusterConfig
 from ps_toolkit.placement import near_weights, strategies
-from ps_toolkit.training import multi_step, optimizers, packed_transfer, sync_multi_step
+from ps_toolkit.training import multi_step, optimizers, packed_transfer
 from ps_toolkit.training.config import TrainConfig
 from ps_toolkit.training.evaluation import FinalEvaluationHook, final_evaluation_hook
 from ps_toolkit.training.hooks import SyncReleaseHook, SyncReplicasHook
@@ -194,7 +194,7 @@ class _StepBuilder:
 
     def _sync_multi_step(self) -> multi_step.MultiStep:
         sync_optimizer = self._sync_optimizer()
-        run = sync_multi_step.multi_step(
+        run = multi_step.sync_multi_step(
             sync_optimizer,
             self._global_step,
             self._variables,

@@ -82,7 +82,7 @@ class PerReplicaSyncOptimizer(tf.compat.v1.train.SyncReplicasOptimizer):
         self._token_queues: list = []
         self._pushed_queues: list = []
 
-    # What the replica's one-step train op needs, split so that ps_toolkit.training.sync_multi_step
+    # What the replica's one-step train op needs, split so that ps_toolkit.training.multi_step
     # can build the aggregation once and push and wait inside a loop body.
     def build_aggregation(self, variables, global_step, sparse_names=frozenset()) -> None:
         """Accumulators for ``variables`` (sparse ones for ``sparse_names``), token queues, the chief's update.
