@@ -17,6 +17,18 @@ from ps_toolkit.benchmarks.synthetic import MODELS, make_data
 tf.disable_v2_behavior()
 
 
+def textbook_optimizer(learning_rate: float, num_workers: int, is_chief: bool):
+    """The textbook's optimizer and hooks: plain SGD to --train_steps, wrapped in SyncReplicasOptimizer with --sync."""
+    optimizer = tf.train.GradientDescentOptimizer(learning_rate)
+    hooks = [tf.train.StopAtStepHook(last_step=task_flags.TRAIN_STEPS.value)]
+    if task_flags.SYNC.value:
+        optimizer = tf.train.SyncReplicasOptimizer(
+            optimizer, replicas_to_aggregate=num_workers, total_num_replicas=num_workers
+        )
+        hooks.append(optimizer.make_session_run_hook(is_chief))
+    return optimizer, hooks
+
+
 def model(images, spec):
     net = images
     for i, units in enumerate(spec.layers):
@@ -53,13 +65,7 @@ def main(_):
         loss = tf.reduce_mean(tf.nn.sparse_softmax_cross_entropy_with_logits(labels=labels, logits=logits))
         accuracy = tf.reduce_mean(tf.cast(tf.equal(tf.argmax(logits, 1), labels), tf.float32))
         global_step = tf.train.get_or_create_global_step()
-        optimizer = tf.train.GradientDescentOptimizer(spec.learning_rate)
-        hooks = [tf.train.StopAtStepHook(last_step=task_flags.TRAIN_STEPS.value)]
-        if task_flags.SYNC.value:
-            optimizer = tf.train.SyncReplicasOptimizer(
-                optimizer, replicas_to_aggregate=num_workers, total_num_replicas=num_workers
-            )
-            hooks.append(optimizer.make_session_run_hook(is_chief))
+        optimizer, hooks = textbook_optimizer(spec.learning_rate, num_workers, is_chief)
         train_op = optimizer.minimize(loss, global_step=global_step)
     test_feed = {images: data.test_images, labels: data.test_labels}
     final = tf.train.FinalOpsHook(accuracy, final_ops_feed_dict=test_feed)

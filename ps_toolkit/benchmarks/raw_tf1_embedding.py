@@ -42,13 +42,9 @@ def main(_):
         )
         accuracy = tf.reduce_mean(tf.cast(tf.equal(tf.cast(logits > 0, tf.int64), labels), tf.float32))
         global_step = tf.train.get_or_create_global_step()
-        optimizer = tf.train.GradientDescentOptimizer(embedding_model.LEARNING_RATE)
-        hooks = [tf.train.StopAtStepHook(last_step=task_flags.TRAIN_STEPS.value)]
-        if task_flags.SYNC.value:
-            optimizer = tf.train.SyncReplicasOptimizer(
-                optimizer, replicas_to_aggregate=num_workers, total_num_replicas=num_workers
-            )
-            hooks.append(optimizer.make_session_run_hook(is_chief))
+        optimizer, hooks = raw_tf1_between_graph.textbook_optimizer(
+            embedding_model.LEARNING_RATE, num_workers, is_chief
+        )
         train_op = optimizer.minimize(loss, global_step=global_step)
     final = tf.train.FinalOpsHook(accuracy, final_ops_feed_dict={ids: test_ids, labels: test_labels})
     clock = protocol.StepClock(task_flags.TRAIN_STEPS.value, task_flags.WARMUP_STEPS.value)
