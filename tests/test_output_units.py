@@ -90,7 +90,7 @@ def test_tolerant_task_streams_drop_writes_on_a_full_disk():
     """/dev/full answers every write with ENOSPC, as a full log folder does."""
     code = (
         "import os, sys\n"
-        "from ps_toolkit import task_streams\n"
+        "from ps_toolkit.process import task_streams\n"
         "full = os.open('/dev/full', os.O_WRONLY)\n"
         "os.dup2(full, 1)\n"
         "os.dup2(full, 2)\n"
@@ -204,8 +204,21 @@ def test_the_merged_log_shows_what_the_separate_streams_showed():
 def test_a_ps_result_after_shutdown_noise_in_the_same_read_is_its_last_line():
     echoed = []
     output = TaskOutput("ps:0", open(os.devnull, "ab", buffering=0), echoed.append, tailed=True)  # noqa: SIM115
-    noise = b"I0000 00:00:1795426745.1   27241 grpc_server_lib.cc:1] Server shutting down\nmore of it\n"
+    noise = b"I0000 00:00:1795426745.1   27241 grpc_server_lib.cc:1] Server shutting down\n  more of it\n"
     output.feed(LOG, noise + b'{"job": "ps", "task": 0, "replicas_done": 2}\n')
     output.close()
     assert echoed == ['[ps:0] {"job": "ps", "task": 0, "replicas_done": 2}']
     assert output.last_stdout_line == '{"job": "ps", "task": 0, "replicas_done": 2}'
+
+
+def test_a_scripts_print_right_after_a_hidden_message_in_the_same_read_is_shown():
+    """TensorFlow's deprecation warning and the legacy script's first print arrive in one read."""
+    echoed = []
+    output = TaskOutput("ps:0", open(os.devnull, "ab", buffering=0), echoed.append, tailed=True)  # noqa: SIM115
+    warning = (
+        b"WARNING:tensorflow:From v2_compat.py:98: disable_resource_variables is deprecated.\n"
+        b"Instructions for updating:\nnon-resource variables are not supported in the long term\n"
+    )
+    output.feed(LOG, warning + b"ps:0 starting\n")
+    output.close()
+    assert echoed == ["[ps:0] ps:0 starting"]

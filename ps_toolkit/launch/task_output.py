@@ -65,6 +65,9 @@ _ALWAYS_SHOWN = re.compile(r"^(Traceback \(most recent call last\)|watchdog: )|:
 # in its own format, with the source file, on the next line).
 _LIBRARY_LOGGING = re.compile(r"^(DEBUG|INFO|WARNING|ERROR|CRITICAL):(tensorflow|absl|keras|tf_keras)\b")
 _LIBRARIES = ("tensorflow", "absl", "tf_keras", "keras")
+# The second lines of TensorFlow's multi-line messages (deprecations, CPU features, gRPC errors).
+_INSTRUCTIONS = "Instructions for updating:"
+_CONTINUATIONS = (_INSTRUCTIONS, "To enable the following instructions", "Additional GRPC error information")
 
 
 @functools.cache
@@ -121,6 +124,7 @@ class ConsoleFilter:
 
     def __init__(self):
         self._showing = {"stdout": True, "stderr": True, LOG: True}
+        self._after_instructions = {"stdout": False, "stderr": False, LOG: False}
 
     def shows(self, stream: str, line: str) -> bool:
         if line.startswith(PROGRESS_PREFIX):
@@ -136,10 +140,24 @@ class ConsoleFilter:
             shown = False
         elif _ALWAYS_SHOWN.search(line) or _json_object(line):
             shown = True
+        elif not self._showing[stream] and self._continues_hidden_message(stream, line):
+            return False
         else:
-            return self._showing[stream]  # a message's next line: as its first line
+            shown = True  # the task's own plain output
         self._showing[stream] = shown
+        self._after_instructions[stream] = False
         return shown
+
+    def _continues_hidden_message(self, stream: str, line: str) -> bool:
+        """Whether a plain line after a hidden one is that message's next line, not the task's own output.
+
+        Only the forms TensorFlow's multi-line messages take: indented lines, their known second
+        lines, and the one line after "Instructions for updating:". Anything else is shown: a
+        line of the task's own is never lost to the console.
+        """
+        after_instructions = self._after_instructions[stream]
+        self._after_instructions[stream] = line.startswith(_INSTRUCTIONS)
+        return after_instructions or line[:1].isspace() or line.startswith(_CONTINUATIONS)
 
     def end_of_read(self, stream: str) -> None:
         """What ``stream`` said so far has been read: the next plain line starts a message of its own."""
