@@ -116,24 +116,29 @@ def run_cluster(
         over_at = _wait_for_end(results, changed, deadline, end_after_warm)
         _wait_for_exits(results, changed, min(deadline, time.monotonic() + exit_grace_s))
     finally:
-        for name, proc in procs.items():
-            if proc.poll() is None:
-                results[name].killed = True
-            _kill_group(proc)
-        for thread in threads:
-            thread.join(timeout=10)
-        for name, log in logs.items():
-            log.seek(0)
-            results[name].stderr_tail = log.read()[-3000:]
-            log.close()
-        if server is not None:
-            server.close()
+        _end_every_task(procs, threads, logs, results, server)
     outcome = ClusterOutcome(launched_at, results, over_at)
     failed = [r for r in results.values() if r.returncode not in (0, None) and not r.killed]
     if over_at is None or failed:
         reason = "timed out" if over_at is None else f"{', '.join(r.task.name for r in failed)} failed"
         raise ClusterRunError(f"cluster run {reason}\n{outcome.describe()}")
     return outcome
+
+
+def _end_every_task(procs: dict, threads: list, logs: dict, results: dict, server: ForkServer | None) -> None:
+    """Kills what still runs (marked as killed), keeps each task's stderr tail, ends the fork server."""
+    for name, proc in procs.items():
+        if proc.poll() is None:
+            results[name].killed = True
+        _kill_group(proc)
+    for thread in threads:
+        thread.join(timeout=10)
+    for name, log in logs.items():
+        log.seek(0)
+        results[name].stderr_tail = log.read()[-3000:]
+        log.close()
+    if server is not None:
+        server.close()
 
 
 def _spawn(server: ForkServer | None, task: Task, env: dict, log):

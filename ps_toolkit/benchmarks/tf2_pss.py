@@ -36,11 +36,7 @@ def serve() -> None:
 def _coordinate() -> None:
     spec = MODELS[task_flags.MODEL.value]
     data = make_data()
-    resolver = tf.distribute.cluster_resolver.SimpleClusterResolver(
-        cluster_spec(), task_type="chief", task_id=0, rpc_layer="grpc"
-    )
-    strategy = tf.distribute.experimental.ParameterServerStrategy(resolver)
-    coordinator = tf.distribute.experimental.coordinator.ClusterCoordinator(strategy)
+    strategy, coordinator = make_coordinator()
     sizes = (784, *spec.layers)
     with strategy.scope():
         glorot = tf.keras.initializers.GlorotUniform(seed=0)
@@ -58,16 +54,9 @@ def _coordinate() -> None:
                 net = tf.nn.relu(net)
         return net
 
-    def dataset_fn():
-        return (
-            tf.data.Dataset.from_tensor_slices((data.train_images, data.train_labels))
-            .shuffle(len(data.train_images))
-            .repeat()
-            .batch(spec.batch_size, drop_remainder=True)
-            .prefetch(2)
-        )
-
-    iterator = iter(coordinator.create_per_worker_dataset(dataset_fn))
+    iterator = per_worker_batches(
+        coordinator, lambda: (data.train_images, data.train_labels), len(data.train_images), spec.batch_size
+    )
 
     @tf.function
     def train_step(iterator):
@@ -88,6 +77,30 @@ def _coordinate() -> None:
         tf.cast(tf.equal(tf.argmax(logits_of(data.test_images), 1), data.test_labels), tf.float32)
     )
     clock.finish(loss=float(last.fetch()), accuracy=float(accuracy))
+
+
+def make_coordinator(variable_partitioner=None):
+    """The chief's ParameterServerStrategy over the --*_hosts cluster and its ClusterCoordinator."""
+    resolver = tf.distribute.cluster_resolver.SimpleClusterResolver(
+        cluster_spec(), task_type="chief", task_id=0, rpc_layer="grpc"
+    )
+    strategy = tf.distribute.experimental.ParameterServerStrategy(resolver, variable_partitioner=variable_partitioner)
+    return strategy, tf.distribute.experimental.coordinator.ClusterCoordinator(strategy)
+
+
+def per_worker_batches(coordinator, arrays_fn, shuffle_buffer: int, batch_size: int):
+    """An iterator over each worker's own shuffled, repeated batches of ``arrays_fn()``'s examples."""
+
+    def dataset_fn():
+        return (
+            tf.data.Dataset.from_tensor_slices(arrays_fn())
+            .shuffle(shuffle_buffer)
+            .repeat()
+            .batch(batch_size, drop_remainder=True)
+            .prefetch(2)
+        )
+
+    return iter(coordinator.create_per_worker_dataset(dataset_fn))
 
 
 def run_timed(coordinator, train_step, iterator):

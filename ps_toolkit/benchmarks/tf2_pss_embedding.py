@@ -16,14 +16,9 @@ from ps_toolkit.benchmarks import embedding_model, task_flags, tf2_pss
 
 
 def _coordinate() -> None:
-    resolver = tf.distribute.cluster_resolver.SimpleClusterResolver(
-        tf2_pss.cluster_spec(), task_type="chief", task_id=0, rpc_layer="grpc"
-    )
     num_ps = len(task_flags.hosts(task_flags.PS_HOSTS))
-    strategy = tf.distribute.experimental.ParameterServerStrategy(
-        resolver, variable_partitioner=tf.distribute.experimental.partitioners.FixedShardsPartitioner(num_ps)
-    )
-    coordinator = tf.distribute.experimental.coordinator.ClusterCoordinator(strategy)
+    partitioner = tf.distribute.experimental.partitioners.FixedShardsPartitioner(num_ps)
+    strategy, coordinator = tf2_pss.make_coordinator(partitioner)
     with strategy.scope():
         init = tf.random.truncated_normal([embedding_model.VOCAB, embedding_model.DIM], stddev=0.05, seed=0)
         table = tf.Variable(init, name="embeddings")  # a ShardedVariable: one shard per ps
@@ -35,17 +30,9 @@ def _coordinate() -> None:
     def logits_of(ids):
         return embedding_model.logits_of(table, ids, lambda x: tf.matmul(x, weights) + bias)
 
-    def dataset_fn():
-        ids, labels = embedding_model.examples(seed=1)
-        return (
-            tf.data.Dataset.from_tensor_slices((ids, labels))
-            .shuffle(4096)
-            .repeat()
-            .batch(embedding_model.BATCH_SIZE, drop_remainder=True)
-            .prefetch(2)
-        )
-
-    iterator = iter(coordinator.create_per_worker_dataset(dataset_fn))
+    iterator = tf2_pss.per_worker_batches(
+        coordinator, lambda: embedding_model.examples(seed=1), 4096, embedding_model.BATCH_SIZE
+    )
 
     @tf.function
     def train_step(iterator):

@@ -107,29 +107,8 @@ def train(
         graph = replica_graph.build(cluster, config, definition)
         if cluster.is_chief and config.checkpoint_dir:  # a checkpoint of another model: exit 2 now, said in one line
             checkpoints.check_model_matches_checkpoint(config.checkpoint_dir, tf.compat.v1.global_variables())
-        progress = ProgressHook(
-            loss=graph.loss,
-            global_step=graph.global_step,
-            job=cluster.task_type,
-            task=cluster.task_index,
-            every_secs=config.progress_every_secs,
-            every_global_steps=max(1, config.train_steps // PROGRESS_LINES_PER_RUN),
-            steps_in_run=graph.multi_step.steps_done if graph.multi_step else None,
-            step_after_run=graph.multi_step.global_step if graph.multi_step else None,
-        )
-        if on_progress is not None:
-            progress.add_listener(on_progress)
-        hooks = [
-            *graph.hooks,
-            tf.compat.v1.train.StopAtStepHook(last_step=config.train_steps),
-            *([StopAtLastStepHook(graph.multi_step.global_step, config.train_steps)] if graph.multi_step else []),
-            tf.compat.v1.train.NanTensorHook(graph.loss),
-            progress,
-            *([graph.evaluation] if graph.evaluation else []),
-        ]
-        if cluster.is_chief:
-            guard = step_guard.chief_hook(cluster, config, graph)
-            hooks = [guard, *_chief_saving_hooks(config, graph, listeners=[guard.saver_listener()]), *hooks]
+        progress = _progress_hook(cluster, config, graph, on_progress)
+        hooks = _hooks(cluster, config, graph, progress)
         _run_session(cluster, target, config, graph, hooks, progress, session_config)
         if progress.local_steps:
             progress.emit()
@@ -147,6 +126,40 @@ def train(
         "test_accuracy": (metrics or {}).get("accuracy"),
         "seconds": round(time.monotonic() - started, 3),
     }
+
+
+def _progress_hook(cluster: ClusterConfig, config: TrainConfig, graph: TrainGraph, on_progress) -> ProgressHook:
+    """The hook that prints this replica's progress lines and tells ``on_progress`` each global step."""
+    progress = ProgressHook(
+        loss=graph.loss,
+        global_step=graph.global_step,
+        job=cluster.task_type,
+        task=cluster.task_index,
+        every_secs=config.progress_every_secs,
+        every_global_steps=max(1, config.train_steps // PROGRESS_LINES_PER_RUN),
+        steps_in_run=graph.multi_step.steps_done if graph.multi_step else None,
+        step_after_run=graph.multi_step.global_step if graph.multi_step else None,
+    )
+    if on_progress is not None:
+        progress.add_listener(on_progress)
+    return progress
+
+
+def _hooks(cluster: ClusterConfig, config: TrainConfig, graph: TrainGraph, progress: ProgressHook) -> list:
+    """Every hook of the session: the graph's, the stops, the NaN check, progress, evaluation; on the chief,
+    the step guard first and the checkpoint and summary savers."""
+    hooks = [
+        *graph.hooks,
+        tf.compat.v1.train.StopAtStepHook(last_step=config.train_steps),
+        *([StopAtLastStepHook(graph.multi_step.global_step, config.train_steps)] if graph.multi_step else []),
+        tf.compat.v1.train.NanTensorHook(graph.loss),
+        progress,
+        *([graph.evaluation] if graph.evaluation else []),
+    ]
+    if cluster.is_chief:
+        guard = step_guard.chief_hook(cluster, config, graph)
+        hooks = [guard, *_chief_saving_hooks(config, graph, listeners=[guard.saver_listener()]), *hooks]
+    return hooks
 
 
 def _run_session(cluster, target, config, graph: TrainGraph, hooks, progress, session_config) -> None:

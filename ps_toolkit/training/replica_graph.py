@@ -58,14 +58,7 @@ def build(cluster: ClusterConfig, config: TrainConfig, definition: ModelDefiniti
     """Builds this replica's training graph in the default graph."""
     device_fn = strategies.device_setter(cluster, config.placement, seed=config.seed)
     partitioner = strategies.variable_partitioner(cluster) if config.partition_variables else None
-    runs_near = near_weights.near_rule(
-        config.compute_near_weights,
-        config.batch_size,
-        worker_has_gpu=bool(tf.config.list_physical_devices("GPU")),
-        partitioned=partitioner is not None,
-        # A layer's matrix lives on one ps, which would do every replica's arithmetic for it.
-        num_replicas=cluster.num_replicas,
-    )
+    runs_near = _near_rule(cluster, config, partitioned=partitioner is not None)
     with tf.compat.v1.device(device_fn):
         global_step = tf.compat.v1.train.get_or_create_global_step()
     next_batch, input_hook = train_batches(cluster, config, definition)
@@ -109,6 +102,18 @@ def build(cluster: ClusterConfig, config: TrainConfig, definition: ModelDefiniti
         ready_for_local_init_op=_ready_for_local_init(cluster, hooks),
     )
     return TrainGraph(global_step, train_op, loss, hooks, evaluation, scaffold, multi_step, learning_rate)
+
+
+def _near_rule(cluster: ClusterConfig, config: TrainConfig, *, partitioned: bool):
+    """Which of the model's dense layers run on the ps holding their weights (--compute_near_weights)."""
+    return near_weights.near_rule(
+        config.compute_near_weights,
+        config.batch_size,
+        worker_has_gpu=bool(tf.config.list_physical_devices("GPU")),
+        partitioned=partitioned,
+        # A layer's matrix lives on one ps, which would do every replica's arithmetic for it.
+        num_replicas=cluster.num_replicas,
+    )
 
 
 def _ready_for_local_init(cluster: ClusterConfig, hooks: list):
