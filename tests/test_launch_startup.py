@@ -98,7 +98,7 @@ def _chart_bytes(tmp_path, warm: bool) -> bytes:
     path = tmp_path / f"chart-{warm}.png"
     code = (
         "import sys\n"
-        "from ps_toolkit import charts\n"
+        "from ps_toolkit.launch import charts\n"
         "if sys.argv[2] == 'warm':\n"
         "    charts.warm_up()\n"
         "records = [{'time': 10.0 + i, 'loss': 1.0 / (i + 1), 'steps_per_sec': 100.0 + i} for i in range(20)]\n"

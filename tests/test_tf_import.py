@@ -8,7 +8,7 @@ from ps_toolkit.base import tf_import
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 PROBE = (
-    "import sys; from ps_toolkit import tf_import; tf_import.prefer_lean_import(); import tensorflow as tf; "
+    "import sys; from ps_toolkit.base import tf_import; tf_import.prefer_lean_import(); import tensorflow as tf; "
     "print('keras.src.optimizers' in sys.modules, type(tf.compat.v1.layers.Dense(1)).__module__.split('.')[0])"
 )
 
