@@ -222,3 +222,17 @@ def test_a_scripts_print_right_after_a_hidden_message_in_the_same_read_is_shown(
     output.feed(LOG, warning + b"ps:0 starting\n")
     output.close()
     assert echoed == ["[ps:0] ps:0 starting"]
+
+
+def test_the_result_is_the_last_result_line_of_the_current_run_even_with_warnings_after_it():
+    echoed = []
+    output = TaskOutput("worker:0", open(os.devnull, "ab", buffering=0), echoed.append, tailed=True)  # noqa: SIM115
+    output.note("start: python run_task.py")
+    output.feed(LOG, b"--- start: python run_task.py ---\n")
+    output.feed(LOG, b'{"job": "worker", "task": 0, "local_steps": 38, "final_loss": 0.29}\n')
+    output.feed(LOG, b"model.py:50: UserWarning: `tf.layers.dense` is deprecated\n  net = dense(net)\n")
+    assert output.result == {"job": "worker", "task": 0, "local_steps": 38, "final_loss": 0.29}
+    output.note("restart 1: python run_task.py")
+    output.feed(LOG, b"--- restart 1: python run_task.py ---\nTraceback (most recent call last):\n")
+    output.close()
+    assert output.result is None  # the restarted run printed no result

@@ -67,7 +67,8 @@ _LIBRARY_LOGGING = re.compile(r"^(DEBUG|INFO|WARNING|ERROR|CRITICAL):(tensorflow
 _LIBRARIES = ("tensorflow", "absl", "tf_keras", "keras")
 # The second lines of TensorFlow's multi-line messages (deprecations, CPU features, gRPC errors).
 _INSTRUCTIONS = "Instructions for updating:"
-_CONTINUATIONS = (_INSTRUCTIONS, "To enable the following instructions", "Additional GRPC error information")
+# gRPC's error details follow on lines of their own, each starting with ":" (":UNKNOWN:Error received ...").
+_CONTINUATIONS = (_INSTRUCTIONS, "To enable the following instructions", "Additional GRPC error information", ":")
 
 
 @functools.cache
@@ -201,6 +202,7 @@ class TaskOutput:
         self.progress: list[dict] = []
         self.tail: collections.deque[str] = collections.deque(maxlen=TAIL_LINES)
         self.last_stdout_line: str | None = None
+        self._result_line: str | None = None  # the current incarnation's last result line
         # From lines that are not the toolkit's records: what a script of its own printed.
         self.printed_accuracy: float | None = None
         self.printed_local_step: int | None = None
@@ -210,6 +212,8 @@ class TaskOutput:
         line = f"--- {text} ---"
         if self._write_log(line) and self._tailed:
             self._notes[line] += 1
+        elif not self._tailed:
+            self._new_incarnation(line)
 
     def feed(self, stream: str, data: bytes) -> None:
         """Takes bytes read from ``stream``; ``b''`` means the stream has closed."""
@@ -229,6 +233,7 @@ class TaskOutput:
         line = raw.decode("utf-8", "replace").rstrip("\r")
         if self._notes[line]:  # the launcher's own note, read back from the log
             self._notes[line] -= 1
+            self._new_incarnation(line)
             return
         if not self._tailed:
             self._write_log(line)
@@ -241,10 +246,17 @@ class TaskOutput:
         plain = stream == "stdout" or (stream == LOG and (record is not None or (shown and not _LOG_LINE.match(line))))
         if plain and line.strip():
             self.last_stdout_line = line
-            if record is None and parse_result(line) is None:
+            if parse_result(line) is not None:
+                self._result_line = line
+            elif record is None:
                 self._scan_printed(line)
         if self._echo is not None and shown:
             self._echo(f"[{self.name}] {line}")
+
+    def _new_incarnation(self, note: str) -> None:
+        """After a (re)start note, a result line of the task's previous run is no longer its result."""
+        if note.startswith(("--- start", "--- restart")):
+            self._result_line = None
 
     def skipped(self, count: int) -> None:
         """Says on the console that ``count`` bytes of the log were not read back (a backlog at the end)."""
@@ -273,7 +285,8 @@ class TaskOutput:
 
     @property
     def result(self) -> dict | None:
-        return parse_result(self.last_stdout_line)
+        """The task's final result: its last result line, even when other output (a warning) follows it."""
+        return parse_result(self._result_line)
 
     @property
     def steps(self) -> int | None:

@@ -48,12 +48,16 @@ class _DroppingWriter(io.RawIOBase):
 
 
 def tolerant(stream, fd: int):
-    """A text stream like ``stream`` (encoding, errors, line buffering) on ``fd``, which drops writes on a full disk."""
+    """A text stream like ``stream`` (encoding, errors) on ``fd``, which drops writes on a full disk.
+
+    Line-buffered: stdout and stderr share the task's log file, and their lines
+    must land there in the order they were written.
+    """
     return io.TextIOWrapper(
         io.BufferedWriter(_DroppingWriter(fd)),
         encoding=getattr(stream, "encoding", None) or "utf-8",
         errors=getattr(stream, "errors", None) or "backslashreplace",
-        line_buffering=bool(getattr(stream, "line_buffering", False)),
+        line_buffering=True,
         write_through=True,
     )
 
