@@ -28,6 +28,9 @@ log = logging.getLogger(__name__)
 _DONE_QUEUE_CAPACITY = 1 << 16
 # How long a replica waits for each ps to accept its "done" token.
 _SIGNAL_DONE_TIMEOUT_MS = 10_000
+# How long a ps outlives the last done token while a finished replica's process still runs.
+REPLICA_EXIT_GRACE_SECS = 10.0
+_REPLICA_EXIT_POLL_SECS = 0.05
 
 
 def session_config(
@@ -171,13 +174,32 @@ def serve_until_done(
     orphan_timeout_secs: float = 300.0,
     poll_secs: float = 0.5,
 ) -> list[int]:
-    """Serves as a ps until every replica signalled done; returns them in order.
+    """Serves as a ps until every replica signalled done and has exited; returns them in order.
 
     Raises OrphanedError when no replica that is not done yet has been
     reachable for ``orphan_timeout_secs``.
     """
     with _DoneQueueDrain(cluster, server) as tokens:
-        return _wait_for_replicas(cluster, tokens, orphan_timeout_secs, poll_secs)
+        order = _wait_for_replicas(cluster, tokens, orphan_timeout_secs, poll_secs)
+    wait_for_replicas_gone(cluster, REPLICA_EXIT_GRACE_SECS)
+    return order
+
+
+def wait_for_replicas_gone(cluster: ClusterConfig, grace_secs: float) -> None:
+    """Serves on until no finished replica answers on its port, for at most ``grace_secs``.
+
+    The step that put a replica's done token here ends with cleanup calls to
+    every ps, after the token arrived; a ps that exits under them leaves
+    TensorFlow's master waiting for them forever when the replica closes its
+    session. Once the replica's process has gone, nothing of it can call here.
+    """
+    addresses = [replicas_address(cluster, task) for task in cluster.replica_tasks()]
+    deadline = time.monotonic() + grace_secs
+    while time.monotonic() < deadline:
+        if not any(reachable(address) for address in addresses):
+            return
+        time.sleep(_REPLICA_EXIT_POLL_SECS)  # a poll of other processes' ports: nothing to wake on
+    log.info("%s: a finished replica still answers after %.0fs; exiting", cluster.device, grace_secs)
 
 
 def _wait_for_replicas(cluster: ClusterConfig, tokens: queue.Queue, orphan_timeout_secs, poll_secs) -> list[int]:

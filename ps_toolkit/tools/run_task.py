@@ -7,9 +7,13 @@
 The cluster comes from --ps_hosts/--worker_hosts/..., from TF_CONFIG, or from
 --cluster_file. Every task exits by itself when training is done: 0 on
 success, 2 on bad input (one line on stderr), see ps_toolkit/base/errors.py.
+``kill -USR1 <pid>`` writes every thread's Python stack to the task's stderr
+(its log): where a task that does not end is waiting.
 """
 
+import faulthandler
 import os
+import signal
 import sys
 
 from absl import flags, logging
@@ -59,6 +63,7 @@ def run(cluster: ClusterConfig, config: TrainConfig) -> None:
 
 def _main(argv):
     task_streams.install()  # a full log disk drops output instead of ending the task
+    faulthandler.register(signal.SIGUSR1, all_threads=True)
     if len(argv) > 1:
         cli.fail(f"unexpected arguments {' '.join(argv[1:])!r}; flags look like --name=value")
     with cli.user_errors():
@@ -80,8 +85,8 @@ def _main(argv):
         )
         with environment_errors.reported(f"{cluster.device} (checkpoints in {config.checkpoint_dir})"):
             run(cluster, config)
-    # Tearing down TensorFlow and its gRPC server takes seconds (4 s measured),
-    # and every result is already flushed: end the process now.
+    # Tearing down TensorFlow and its gRPC server takes seconds, and every
+    # result is already flushed: end the process now.
     sys.stdout.flush()
     sys.stderr.flush()
     logging.flush()
