@@ -9,15 +9,13 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
-import selectors
-import signal
 import subprocess
 import sys
-import threading
 import time
 
 from ps_toolkit.launch.ports import reserve_ports
 from ps_toolkit.process.fork_client import TaskStarter
+from ps_toolkit.process.group import ProcessGroup
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 RUN_TASK = os.path.join(REPO, "scripts", "run_task.py")
@@ -67,21 +65,17 @@ def run_script(
     server instead of importing TensorFlow again; any other command is exec'd.
 
     ``env`` is the whole environment (default: this process's). Raises subprocess.TimeoutExpired at
-    the bound; the command's process group is killed whatever happens.
+    the bound; the command's process tree is killed whatever happens.
     """
     env = dict(os.environ if env is None else env)
-    proc = TaskStarter("fork").start(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=cwd)
     deadline = time.monotonic() + timeout
-    try:
-        texts = _read_until(proc, deadline)
-        try:
-            code = proc.wait(timeout=max(0.1, deadline - time.monotonic()))
-        except subprocess.TimeoutExpired:
-            raise subprocess.TimeoutExpired(command, timeout, output=texts["stdout"], stderr=texts["stderr"]) from None
-    finally:
-        _kill_group(proc)
-        for stream in (proc.stdout, proc.stderr):
-            stream.close()
+    with ProcessGroup(TaskStarter("fork"), stop_grace_secs=0.0) as group:
+        output = _Output(group, "script", command, env=env, cwd=cwd)
+        group.drain(deadline)
+        code = group.wait(["script"], max(deadline, time.monotonic() + 0.1))["script"]
+        texts = output.texts()
+        if code is None:
+            raise subprocess.TimeoutExpired(command, timeout, output=texts["stdout"], stderr=texts["stderr"])
     return subprocess.CompletedProcess(command, code, texts["stdout"], texts["stderr"])
 
 
@@ -91,75 +85,47 @@ def run_tasks(
     """Starts every command at once and waits, at most ``timeout`` seconds in all.
 
     ``env`` is added to every task's environment, ``envs[name]`` to one task's.
-    Returns {name: TaskOutcome}. Whatever happens, every process group that
-    is still alive at the end is killed.
+    Returns {name: TaskOutcome}; ``ended_at`` is when its exit was seen. Whatever
+    happens, every process tree that is still alive at the end is killed.
     """
     env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", PYTHONUNBUFFERED="1", **(env or {}))
-    starter = TaskStarter(start_method)
-    procs = {}
-    outcomes = {}
     deadline = time.monotonic() + timeout
-    try:
-        for name, command in commands.items():
-            task_env = {**env, **(envs or {}).get(name, {})}
-            procs[name] = starter.start(command, env=task_env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=REPO)
-        threads = [
-            threading.Thread(target=_collect, args=(name, commands[name], proc, deadline, outcomes))
-            for name, proc in procs.items()
-        ]
-        for thread in threads:
-            thread.start()
-        for thread in threads:
-            thread.join(max(0.1, deadline - time.monotonic()) + 20)
-    finally:
-        for proc in procs.values():
-            _kill_group(proc)
+    with ProcessGroup(TaskStarter(start_method), stop_grace_secs=0.0) as group:
+        outputs = {
+            name: _Output(group, name, command, env={**env, **(envs or {}).get(name, {})}, cwd=REPO)
+            for name, command in commands.items()
+        }
+        group.drain(deadline)
+        codes = group.wait(outputs, max(deadline, time.monotonic() + 0.1))
+        late = [name for name, code in codes.items() if code is None]
+        for name in late:
+            group.kill(name)
+        if late:  # what they wrote before the kill, bounded
+            group.drain(time.monotonic() + 10)
+            group.wait(late, time.monotonic() + 10)
+        outcomes = {}
+        for name, output in outputs.items():
+            texts = output.texts()
+            if name in late:
+                texts["stderr"] += f"\n[killed by the test after its {deadline:.0f} deadline]"
+            ended_at = group.exited_at(name) or time.time()
+            outcomes[name] = TaskOutcome(
+                name, commands[name], group.returncode(name), texts["stdout"], texts["stderr"], ended_at
+            )
     return outcomes
 
 
-def _collect(name, command, proc, deadline, outcomes) -> None:
-    """Waits for one process (each in its own thread, so exit times are exact)."""
-    texts = _read_until(proc, deadline)
-    try:
-        proc.wait(timeout=max(0.1, deadline - time.monotonic()))
-    except subprocess.TimeoutExpired:
-        _kill_group(proc)
-        more = _read_until(proc, time.monotonic() + 10)
-        texts = {stream: texts[stream] + more[stream] for stream in texts}
-        proc.wait(timeout=10)
-        texts["stderr"] += f"\n[killed by the test after its {deadline:.0f} deadline]"
-    for stream in (proc.stdout, proc.stderr):
-        stream.close()
-    outcomes[name] = TaskOutcome(name, command, proc.returncode, texts["stdout"], texts["stderr"], time.time())
+class _Output:
+    """Starts one command in ``group`` with its stdout and stderr read by the group, kept as they come."""
 
+    def __init__(self, group: ProcessGroup, name: str, command: list, *, env: dict, cwd: str | None):
+        self.chunks = {"stdout": [], "stderr": []}
+        proc = group.start(name, command, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=cwd)
+        for stream, chunks in self.chunks.items():
+            group.add_pipe(getattr(proc, stream), chunks.append)
 
-def _read_until(proc, deadline: float) -> dict:
-    """Reads the process's stdout and stderr until both close or ``deadline`` (time.monotonic()) passes."""
-    chunks = {"stdout": [], "stderr": []}
-    with selectors.DefaultSelector() as selector:
-        for name in chunks:
-            stream = getattr(proc, name)
-            if not stream.closed:
-                selector.register(stream, selectors.EVENT_READ, name)
-        while selector.get_map():
-            left = deadline - time.monotonic()
-            if left <= 0:
-                break
-            for key, _ in selector.select(timeout=left):
-                data = os.read(key.fd, 1 << 16)
-                if data:
-                    chunks[key.data].append(data)
-                else:
-                    selector.unregister(key.fileobj)
-                    key.fileobj.close()
-    return {name: b"".join(parts).decode("utf-8", "replace") for name, parts in chunks.items()}
-
-
-def _kill_group(proc: subprocess.Popen) -> None:
-    try:
-        os.killpg(proc.pid, signal.SIGKILL)
-    except ProcessLookupError:
-        pass
+    def texts(self) -> dict:
+        return {name: b"".join(parts).decode("utf-8", "replace") for name, parts in self.chunks.items()}
 
 
 def describe_all(outcomes: dict) -> str:

@@ -8,7 +8,7 @@ import types
 import pytest
 
 from ps_toolkit.benchmarks import driver, measure, plan, protocol, report, systems, toolkit_task
-from ps_toolkit.benchmarks.cluster_run import ClusterOutcome, Task, TaskResult, run_cluster
+from ps_toolkit.benchmarks.cluster_run import ClusterOutcome, ClusterRunError, Task, TaskResult, run_cluster
 
 
 def _result(name, markers, exited_at, killed=False, cpu=1.0):
@@ -307,6 +307,29 @@ def test_cluster_run_kills_a_server_that_never_exits():
     assert outcome.results["ps0"].killed
     assert outcome.results["worker0"].returncode == 0
     assert not outcome.results["worker0"].killed
+
+
+def test_cluster_run_starts_a_task_after_its_marker_and_keeps_every_line():
+    ready = protocol.MARKER + json.dumps({"event": "first_step", "time": 1.0, "global_step": 1})
+    done = protocol.MARKER + json.dumps({"event": "done", "time": 2.0, "global_step": 2})
+    # The server prints its marker, then a last line without a newline, and waits.
+    server_code = f"import sys, threading; print({ready!r}); sys.stdout.write('no newline'); sys.stdout.flush()"
+    server = Task("ps0", ["-c", server_code + "; threading.Event().wait()"])
+    worker_code = f"import sys; print('a' * 100000); print({done!r}); print('bye', file=sys.stderr)"
+    worker = Task("worker0", ["-c", worker_code], start_after=("ps0", "first_step"))
+    outcome = run_cluster([server, worker], timeout_s=60, exit_grace_s=0.5)
+    ps0, worker0 = outcome.results["ps0"], outcome.results["worker0"]
+    assert ps0.lines == [ready, "no newline"] and ps0.killed and ps0.returncode == -9
+    assert worker0.lines == ["a" * 100000, done] and worker0.returncode == 0 and not worker0.killed
+    assert worker0.stderr_tail == "bye\n" and worker0.exited_at is not None
+    assert [marker["event"] for marker, _ in ps0.cpu_samples + worker0.cpu_samples] == ["first_step", "done"]
+
+
+def test_cluster_run_names_a_failed_task():
+    worker = Task("worker0", ["-c", "import sys; print('trouble', file=sys.stderr); sys.exit(3)"])
+    with pytest.raises(ClusterRunError, match="worker0 failed") as raised:
+        run_cluster([worker], timeout_s=60, exit_grace_s=0.5)
+    assert "trouble" in str(raised.value)
 
 
 def test_main_job_alternates_the_start_methods_and_summarizes(monkeypatch):

@@ -13,6 +13,9 @@ is never followed.
 
 Run folders are pruned when a new one is made: the newest ``KEEP_RUNS`` stay,
 and a folder still in use (its ``.in_use`` lock held) is never removed.
+
+``PACKAGE_PARENT`` is the folder holding the ps_toolkit package itself: a
+checkout (with its ``scripts/``) or site-packages.
 """
 
 from __future__ import annotations
@@ -27,6 +30,8 @@ import time
 
 from ps_toolkit.base.errors import ConfigError
 
+# The folder holding the ps_toolkit package: a checkout, or site-packages.
+PACKAGE_PARENT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 KEEP_RUNS = 20
 _IN_USE_FILE = ".in_use"
 _RUN_NAME = re.compile(r"^(run|cluster)-\d{8}-\d{6}-[0-9a-z_]+$")

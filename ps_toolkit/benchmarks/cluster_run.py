@@ -8,6 +8,10 @@ Training is over when any task prints its ``done`` marker (or every task that
 must finish has exited); from then on every process has
 ``exit_grace_s`` to exit by itself, after which it is killed and recorded as
 such: a ps that joins forever, or a sync replica left blocked on its token queue.
+
+One ``ProcessGroup`` (ps_toolkit.process.group) owns the tasks: it reads their
+stdout as lines arrive and wakes at each exit, so marker and exit times are
+taken as they happen, on the calling thread.
 """
 
 from __future__ import annotations
@@ -19,17 +23,17 @@ import signal
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 
 import psutil
 
+from ps_toolkit.base.paths import PACKAGE_PARENT
 from ps_toolkit.benchmarks import protocol
-from ps_toolkit.process import lifecycle
-from ps_toolkit.process.fork_client import ForkServer, ForkUnavailable
+from ps_toolkit.process.fork_client import ForkServer, ForkUnavailable, TaskStarter
+from ps_toolkit.process.group import ProcessGroup
 
-# The folder holding the ps_toolkit package: a checkout, or site-packages.
-REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+# The bound on reading what killed tasks wrote last and on their reaping.
+_END_SECS = 10.0
 
 
 class ClusterRunError(RuntimeError):
@@ -88,100 +92,114 @@ def run_cluster(
     ``end_after_warm=(replicas, seconds)`` also ends training ``seconds`` after
     ``replicas`` tasks printed their ``warm`` marker (for a run measured by time).
     """
-    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", PYTHONUNBUFFERED="1", PYTHONPATH=REPO)
-    changed = threading.Condition()
-    results = {}  # started tasks only
-    procs, threads, logs = {}, [], {}
+    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", PYTHONUNBUFFERED="1", PYTHONPATH=PACKAGE_PARENT)
     launched_at = time.time()
     deadline = time.monotonic() + timeout_s
     # A fresh server per run: its import is charged to this run, as a launch pays it.
     server = ForkServer(env) if any(task.fork for task in tasks) else None
-
-    def start(task):
-        with changed:
-            results[task.name] = TaskResult(task)
-        log = tempfile.TemporaryFile(mode="w+")  # noqa: SIM115 - closed in the finally below
-        logs[task.name] = log
-        procs[task.name] = _spawn(server if task.fork else None, task, env, log)
-        args = (procs[task.name], results[task.name], changed, procs)
-        thread = threading.Thread(target=_follow, args=args, daemon=True)
-        thread.start()
-        threads.append(thread)
-
+    run = _Run(env, server)
     try:
         for task in tasks:
             if task.start_after is None:
-                start(task)
-        _start_when_due([t for t in tasks if t.start_after], start, results, changed, deadline)
-        over_at = _wait_for_end(results, changed, deadline, end_after_warm)
-        _wait_for_exits(results, changed, min(deadline, time.monotonic() + exit_grace_s))
+                run.start(task)
+        _start_when_due(run, [t for t in tasks if t.start_after], deadline)
+        over_at = _wait_for_end(run, deadline, end_after_warm)
+        _wait_for_exits(run, min(deadline, time.monotonic() + exit_grace_s))
     finally:
-        _end_every_task(procs, threads, logs, results, server)
-    outcome = ClusterOutcome(launched_at, results, over_at)
-    failed = [r for r in results.values() if r.returncode not in (0, None) and not r.killed]
+        run.end()
+    outcome = ClusterOutcome(launched_at, run.results, over_at)
+    failed = [r for r in run.results.values() if r.returncode not in (0, None) and not r.killed]
     if over_at is None or failed:
         reason = "timed out" if over_at is None else f"{', '.join(r.task.name for r in failed)} failed"
         raise ClusterRunError(f"cluster run {reason}\n{outcome.describe()}")
     return outcome
 
 
-def _end_every_task(procs: dict, threads: list, logs: dict, results: dict, server: ForkServer | None) -> None:
-    """Kills what still runs (marked as killed), keeps each task's stderr tail, ends the fork server."""
-    for name, proc in procs.items():
-        if proc.poll() is None:
-            results[name].killed = True
-        _kill_group(proc)
-    for thread in threads:
-        thread.join(timeout=10)
-    for name, log in logs.items():
-        log.seek(0)
-        results[name].stderr_tail = log.read()[-3000:]
-        log.close()
-    if server is not None:
-        server.close()
+class _Run:
+    """The started tasks of one run: their processes (one ProcessGroup), stdout lines, stderr logs, results."""
 
+    def __init__(self, env: dict, server: ForkServer | None):
+        self.env, self.server = env, server
+        self.results: dict[str, TaskResult] = {}  # started tasks only
+        self.group = ProcessGroup(TaskStarter("exec"), stop_grace_secs=0.0)
+        self._logs: dict = {}
+        self._partial: dict[str, bytes] = {}
 
-def _spawn(server: ForkServer | None, task: Task, env: dict, log):
-    """Forks the task from ``server``, or execs it (also when the server refused: one warning line)."""
-    argv, options = [sys.executable, *task.argv], {"env": {**env, **task.env}, "stdout": subprocess.PIPE}
-    options.update(stderr=log, cwd=REPO, text=True)
-    if server is not None:
+    def start(self, task: Task) -> None:
+        """Forks the task from the run's server, or execs it (also when the server refused: one warning line)."""
+        self.results[task.name] = TaskResult(task)
+        log = self._logs[task.name] = tempfile.TemporaryFile(mode="w+")  # noqa: SIM115 - closed in end()
+        argv, env = [sys.executable, *task.argv], {**self.env, **task.env}
+        options = {"env": env, "stdout": subprocess.PIPE, "stderr": log, "cwd": PACKAGE_PARENT}
+        proc = None
+        if task.fork and self.server is not None:
+            try:
+                proc = self.group.start(task.name, argv, spawn=self.server.spawn, **options)
+            except ForkUnavailable as err:
+                logging.warning("%s: %s; started with exec instead", task.name, err)
+        # Exec'd tasks die with this process, even when it is killed: a stopped benchmark leaves no servers behind.
+        proc = proc or self.group.start(task.name, argv, **options)
+        self._partial[task.name] = b""
+        self.group.add_pipe(proc.stdout, lambda data: self._on_stdout(task.name, data))
+
+    def wait(self, timeout: float) -> None:
+        """Waits (at most ``timeout``) for output or an exit; records the exits."""
+        for name in self.group.poll(timeout):
+            self._record_exit(name)
+
+    def end(self) -> None:
+        """Kills what still runs (marked as killed), reads the rest of every stdout, keeps each task's
+        stderr tail, stops every tree left and ends the fork server."""
         try:
-            return server.spawn(argv, **options)
-        except ForkUnavailable as err:
-            logging.warning("%s: %s; started with exec instead", task.name, err)
-    # Dies with this process, even when it is killed: a stopped benchmark leaves no servers behind.
-    return lifecycle.spawn(argv, **options)
+            for name in self.group.names:
+                if self.group.alive(name):
+                    self.results[name].killed = True
+                    self.group.kill(name, signal.SIGKILL)
+            self.group.wait(self.group.names, time.monotonic() + _END_SECS)
+            self.group.drain(time.monotonic() + _END_SECS)
+            for name in self.group.names:
+                self._record_exit(name)
+            for name, log in self._logs.items():
+                log.seek(0)
+                self.results[name].stderr_tail = log.read()[-3000:]
+        finally:
+            self.group.close()
+            for log in self._logs.values():
+                log.close()
+            if self.server is not None:
+                self.server.close()
 
+    def _record_exit(self, name: str) -> None:
+        result = self.results[name]
+        if result.exited_at is None and self.group.exited_at(name) is not None:
+            result.returncode, result.exited_at = self.group.returncode(name), self.group.exited_at(name)
 
-def _follow(proc, result: TaskResult, changed: threading.Condition, procs: dict) -> None:
-    """Reads one task's stdout to its end, then records its exit (its own thread: exact exit times)."""
-    for line in proc.stdout:
-        line = line.rstrip("\n")
-        with changed:
+    def _on_stdout(self, name: str, data: bytes) -> None:
+        """Keeps a task's whole stdout lines; at each marker line, every task's CPU seconds."""
+        lines = (self._partial[name] + data).split(b"\n")
+        self._partial[name] = lines.pop() if data else b""
+        if not data and lines[-1] == b"":  # the end: what followed the last newline is a line too
+            lines.pop()
+        result = self.results[name]
+        for raw in lines:
+            line = raw.decode("utf-8", "replace").rstrip("\r")
             result.lines.append(line)
             if line.startswith(protocol.MARKER):
-                result.cpu_samples.append((protocol.parse_markers([line])[0], _cpu_seconds(procs)))
-                changed.notify_all()
-    proc.wait()
-    with changed:
-        result.returncode, result.exited_at = proc.returncode, time.time()
-        changed.notify_all()
+                result.cpu_samples.append((protocol.parse_markers([line])[0], _cpu_seconds(self.group)))
 
 
-def _start_when_due(waiting: list, start, results, changed, deadline) -> None:
+def _start_when_due(run: _Run, waiting: list, deadline: float) -> None:
     """Starts each waiting task once its ``start_after`` marker appeared (bounded by ``deadline``)."""
     while waiting:
-        with changed:
-            due = [t for t in waiting if _seen(results, *t.start_after)]
-            if not due:
-                if time.monotonic() >= deadline or _training_over(results):
-                    return
-                changed.wait(timeout=min(max(deadline - time.monotonic(), 0.01), 1.0))
-                continue
+        due = [t for t in waiting if _seen(run.results, *t.start_after)]
+        if not due:
+            if time.monotonic() >= deadline or _training_over(run.results):
+                return
+            run.wait(deadline - time.monotonic())
+            continue
         for task in due:
             waiting.remove(task)
-            start(task)
+            run.start(task)
 
 
 def _seen(results, name: str, event: str) -> bool:
@@ -197,18 +215,17 @@ def _training_over(results: dict) -> bool:
     return all(r.exited_at is not None for r in finishing)
 
 
-def _wait_for_end(results, changed, deadline, end_after_warm) -> float | None:
-    with changed:
-        while not _training_over(results):
-            if end_after_warm is not None:
-                replicas, seconds = end_after_warm
-                warm = [m["time"] for r in results.values() for m in r.markers if m["event"] == "warm"]
-                if len(warm) >= replicas:
-                    deadline = min(deadline, time.monotonic() + max(warm) + seconds - time.time())
-            left = deadline - time.monotonic()
-            if left <= 0:
-                return time.time() if end_after_warm is not None and _all_warm(results, end_after_warm) else None
-            changed.wait(timeout=min(left, 1.0))
+def _wait_for_end(run: _Run, deadline: float, end_after_warm) -> float | None:
+    while not _training_over(run.results):
+        if end_after_warm is not None:
+            replicas, seconds = end_after_warm
+            warm = [m["time"] for r in run.results.values() for m in r.markers if m["event"] == "warm"]
+            if len(warm) >= replicas:
+                deadline = min(deadline, time.monotonic() + max(warm) + seconds - time.time())
+        left = deadline - time.monotonic()
+        if left <= 0:
+            return time.time() if end_after_warm is not None and _all_warm(run.results, end_after_warm) else None
+        run.wait(left)
     return time.time()
 
 
@@ -216,33 +233,21 @@ def _all_warm(results, end_after_warm) -> bool:
     return sum(m["event"] == "warm" for r in results.values() for m in r.markers) >= end_after_warm[0]
 
 
-def _wait_for_exits(results, changed, deadline) -> None:
-    with changed:
-        while any(r.exited_at is None for r in results.values()):
-            left = deadline - time.monotonic()
-            if left <= 0:
-                return
-            changed.wait(timeout=min(left, 1.0))
+def _wait_for_exits(run: _Run, deadline: float) -> None:
+    while any(r.exited_at is None for r in run.results.values()):
+        left = deadline - time.monotonic()
+        if left <= 0:
+            return
+        run.wait(left)
 
 
-def _cpu_seconds(procs: dict) -> dict:
+def _cpu_seconds(group: ProcessGroup) -> dict:
     """User + system CPU seconds of each live task and its children threads."""
     seconds = {}
-    for name, proc in list(procs.items()):
+    for name in group.names:
         try:
-            times = psutil.Process(proc.pid).cpu_times()
+            times = psutil.Process(group.process(name).pid).cpu_times()
             seconds[name] = times.user + times.system
         except psutil.Error:
             pass
     return seconds
-
-
-def _kill_group(proc: subprocess.Popen) -> None:
-    try:
-        os.killpg(proc.pid, signal.SIGKILL)
-    except ProcessLookupError:
-        pass
-    try:
-        proc.wait(timeout=10)
-    except subprocess.TimeoutExpired:
-        pass

@@ -24,7 +24,8 @@ import sys
 import tempfile
 import time
 
-from ps_toolkit.benchmarks.cluster_run import REPO, ClusterRunError
+from ps_toolkit.base.paths import PACKAGE_PARENT
+from ps_toolkit.benchmarks.cluster_run import ClusterRunError
 from ps_toolkit.process import lifecycle
 
 LAUNCH_LOCAL_MODULE = "ps_toolkit.tools.launch_local"
@@ -63,7 +64,7 @@ def run_once(method: str, timeout_s: float) -> tuple[float, float]:
     try:
         with tempfile.TemporaryFile() as output:
             started, cpu_before = time.monotonic(), _children_cpu()
-            proc = lifecycle.spawn(argv, env=dict(os.environ), stdout=output, stderr=output, cwd=REPO)
+            proc = lifecycle.spawn(argv, env=dict(os.environ), stdout=output, stderr=output, cwd=PACKAGE_PARENT)
             try:
                 code = proc.wait(timeout=timeout_s)
                 seconds = time.monotonic() - started

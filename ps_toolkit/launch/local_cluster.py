@@ -10,9 +10,7 @@ for fast tests that drive sessions themselves.
 from __future__ import annotations
 
 import os
-import selectors
 import signal
-import subprocess
 import time
 from collections.abc import Mapping, Sequence
 
@@ -20,8 +18,8 @@ from ps_toolkit.base import paths
 from ps_toolkit.cluster.config import EVALUATOR, ClusterConfig
 from ps_toolkit.launch.ports import reserve_ports
 from ps_toolkit.launch.task_plan import TaskPlan, Topology, default_command, plan_tasks, task_env
-from ps_toolkit.process import lifecycle
 from ps_toolkit.process.fork_client import TaskStarter
+from ps_toolkit.process.group import ProcessGroup
 
 _TAIL_BYTES = 4096
 
@@ -71,11 +69,10 @@ class LocalCluster:
         self._train_args = list(train_args)
         self._log_dir = log_dir
         self._env = env
-        self._stop_grace_secs = stop_grace_secs
-        self._starter = TaskStarter(start_method)
+        # Every task's process, under its name 'job:index'.
+        self._group = ProcessGroup(TaskStarter(start_method), stop_grace_secs=stop_grace_secs)
         self._reservation = None
         self._plans: dict[str, TaskPlan] = {}
-        self._popens: dict[str, subprocess.Popen] = {}  # or fork_client.ForkedProcess
         self.restarts: dict[str, int] = {}
 
     # Life cycle.
@@ -102,7 +99,7 @@ class LocalCluster:
 
     def stop(self) -> None:
         """Stops every task still running (SIGTERM, grace, SIGKILL of the tree); frees the ports."""
-        lifecycle.stop_trees(list(self._popens.values()), self._stop_grace_secs)
+        self._group.close()
         if self._reservation is not None:
             self._reservation.release()
             self._reservation = None
@@ -134,11 +131,11 @@ class LocalCluster:
 
     # Tasks.
     def pid(self, job: str, index: int) -> int:
-        return self._popens[self._plan(job, index).name].pid
+        return self._group.process(self._plan(job, index).name).pid
 
     def returncode(self, job: str, index: int) -> int | None:
         """The task's exit status, or None while it runs."""
-        return self._popens[self._plan(job, index).name].poll()
+        return self._group.returncode(self._plan(job, index).name)
 
     def log_path(self, job: str, index: int) -> str:
         return os.path.join(self.log_dir, f"{job}-{index}.log")
@@ -150,17 +147,14 @@ class LocalCluster:
 
     def kill(self, job: str, index: int, sig: int = signal.SIGKILL, timeout_secs: float = 10.0) -> int | None:
         """Sends ``sig`` to the task's process tree and waits (bounded) for it to exit."""
-        popen = self._popens[self._plan(job, index).name]
-        lifecycle.kill_tree(popen, sig)
-        try:
-            return popen.wait(timeout=timeout_secs)
-        except subprocess.TimeoutExpired:
-            return None
+        name = self._plan(job, index).name
+        self._group.kill(name, sig)
+        return self._group.wait([name], time.monotonic() + timeout_secs)[name]
 
     def restart(self, job: str, index: int) -> None:
         """Stops the task if it runs, then starts it again on the same address."""
         plan = self._plan(job, index)
-        lifecycle.stop_trees([self._popens[plan.name]], self._stop_grace_secs)
+        self._group.stop([plan.name])
         self.restarts[plan.name] += 1
         self._spawn(plan)
 
@@ -171,31 +165,14 @@ class LocalCluster:
         timeout passes first (naming a task still running).
         """
         names = [name for name, plan in self._plans.items() if plan.job in jobs]
-        deadline = time.monotonic() + timeout_secs
-        with selectors.DefaultSelector() as selector:
-            fds = {}
-            for name in names:
-                fd = lifecycle.pid_fd(self._popens[name])
-                if fd is not None:
-                    fds[fd] = name
-                    selector.register(fd, selectors.EVENT_READ, name)
-            try:
-                while True:
-                    pending = [n for n in names if self._popens[n].poll() is None]
-                    for name in names:
-                        code = self._popens[name].returncode
-                        if code not in (None, 0):
-                            raise TaskFailedError(name, code, self._tail(name))
-                    if not pending:
-                        return {name: self._popens[name].returncode for name in names}
-                    remaining = deadline - time.monotonic()
-                    if remaining <= 0:
-                        raise TaskFailedError(pending[0], None, self._tail(pending[0]))
-                    # Without pidfds (old kernels) this still wakes at least once a second.
-                    selector.select(timeout=min(remaining, 1.0))
-            finally:
-                for fd in fds:
-                    os.close(fd)
+        codes = self._group.wait(names, time.monotonic() + timeout_secs, stop_at_failure=True)
+        for name, code in codes.items():
+            if code not in (None, 0):
+                raise TaskFailedError(name, code, self._tail(name))
+        pending = [name for name, code in codes.items() if code is None]
+        if pending:
+            raise TaskFailedError(pending[0], None, self._tail(pending[0]))
+        return codes
 
     def _tail(self, name: str) -> str:
         plan = self._plans[name]
@@ -211,7 +188,7 @@ class LocalCluster:
         with open(self.log_path(plan.job, plan.index), "ab") as log:
             log.write(f"--- start: {' '.join(plan.argv)} ---\n".encode())
             log.flush()
-            self._popens[plan.name] = self._starter.start(plan.argv, env=plan.env, stdout=log, stderr=log)
+            self._group.start(plan.name, plan.argv, env=plan.env, stdout=log, stderr=log)
 
 
 class InProcessCluster:

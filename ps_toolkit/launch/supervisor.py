@@ -1,6 +1,7 @@
 """Runs one local cluster to its end: starts tasks, watches them, applies the policies.
 
-One event loop owns every task process. It waits on the tasks' pidfds (exits)
+One event loop watches every task process through a ``ProcessGroup``
+(ps_toolkit.process.group), which owns them. It waits on the tasks' exits
 and a signal wake-up fd with a bounded timeout, never on a sleep, and reads
 what the tasks appended to their log files each time it wakes (at least every
 ``TAIL_SECS``). A task writes its output into its log file itself, so it never
@@ -14,9 +15,7 @@ from __future__ import annotations
 import dataclasses
 import errno
 import os
-import selectors
 import signal
-import subprocess
 import time
 from collections.abc import Callable, Sequence
 
@@ -29,6 +28,7 @@ from ps_toolkit.launch.task_output import LogTail, TaskOutput
 from ps_toolkit.launch.task_plan import TaskPlan
 from ps_toolkit.process import lifecycle
 from ps_toolkit.process.fork_client import TaskStarter
+from ps_toolkit.process.group import ProcessGroup
 
 # How often the event loop reads the tasks' new log lines (the console's echo lags by at most this).
 TAIL_SECS = 0.2
@@ -109,24 +109,18 @@ def _open_log(path: str, warn: LogFolderWarning):
 
 
 class _Task:
-    """A task's process and its history across restarts."""
+    """A task's history across restarts; its process is in the Supervisor's ProcessGroup, under ``plan.name``."""
 
     def __init__(self, plan: TaskPlan, output: TaskOutput, log, log_path: str):
         self.plan, self.output, self.log_path = plan, output, log_path
         self.log = log  # the task's stdout and stderr
         self.tail = LogTail(log.name, output)
-        self.popen: subprocess.Popen | None = None  # or a fork_client.ForkedProcess, used the same way
         self.state = "pending"
         self.restarts = 0
         self.run_secs = 0.0
         self.started_at = 0.0
         self.stop_requested = False
         self.drill_killed = False
-        self.pidfd: int | None = None
-
-    @property
-    def alive(self) -> bool:
-        return self.popen is not None and self.popen.returncode is None
 
 
 class Supervisor:
@@ -146,14 +140,13 @@ class Supervisor:
     ):
         self._policy = policy
         self._console = console
-        # Starts (and restarts) each task: forked from a fork server, or exec'd (fork_client).
-        self._starter = starter or TaskStarter(note=console.line)
-        self._selector = selectors.DefaultSelector()
+        # Starts (and restarts) each task: forked from a fork server, or exec'd (fork_client). Each pid
+        # (its session) goes to ``on_start`` once it runs: a reaper that outlives this process kills the sessions.
+        # Stops ask for the policy's grace themselves; what close() sweeps up at the end gets none.
+        self._group = ProcessGroup(starter or TaskStarter(note=console.line), stop_grace_secs=0.0, on_start=on_start)
         self._tasks: dict[str, _Task] = {}
         self._log_dir = log_dir
         self._log_warning = log_warning or LogFolderWarning(log_dir, console.line)
-        # Told each task's pid (its session) once it runs: a reaper that outlives this process kills the sessions.
-        self._on_start = on_start
         echo = None if quiet else console.line
         for plan in plans:
             path = os.path.join(log_dir, f"{plan.job}-{plan.index}.log")
@@ -166,6 +159,7 @@ class Supervisor:
         self._rate = StepRate()
         self._usage_cache: dict = {}
         self._signal_fd: int | None = None
+        self._interrupted = False  # a signal was handled in the current wait
         self._last_usage_at = float("-inf")
         self._t0 = time.monotonic()
         self._drills = DrillSchedule((), self._t0)
@@ -175,7 +169,7 @@ class Supervisor:
         """Runs the cluster to its end. ``signal_fd`` wakes the loop when a signal arrives."""
         self._signal_fd = signal_fd
         if signal_fd is not None:
-            self._selector.register(signal_fd, selectors.EVENT_READ, ("signal", None, None))
+            self._group.add_reader(signal_fd, self._on_signal)
         self._t0 = time.monotonic()
         self._drills = DrillSchedule(self._policy.kills, self._t0)
         try:
@@ -190,15 +184,12 @@ class Supervisor:
             if self._outcome.succeeded:
                 self._wind_down()
         finally:
-            self._stop([t for t in self._tasks.values() if t.alive])
-            # Descendants of tasks that already exited may linger in their sessions.
-            lifecycle.stop_trees([t.popen for t in self._tasks.values() if t.popen], 0.0)
+            self._stop([t for t in self._tasks.values() if self._alive(t)])
+            # Descendants of tasks that already exited may linger in their sessions: no grace for them.
+            self._group.close()
             for task in self._tasks.values():
                 task.tail.finish()
                 task.output.close()
-            if signal_fd is not None:
-                self._selector.unregister(signal_fd)
-            self._selector.close()
             self._console.clear_status()
         self._outcome.rows = [self._row(t) for t in self._tasks.values()]
         self._outcome.outputs = {name: t.output for name, t in self._tasks.items()}
@@ -207,10 +198,10 @@ class Supervisor:
     def _wind_down(self) -> None:
         """After success: the others get a grace period to end on their own, then are stopped."""
         others = [t for t in self._tasks.values() if t.plan.job != PS]
-        self._watch(lambda: not any(t.alive for t in others), time.monotonic() + self._policy.grace_secs)
-        self._stop([t for t in others if t.alive])
+        self._watch(lambda: not any(self._alive(t) for t in others), time.monotonic() + self._policy.grace_secs)
+        self._stop([t for t in others if self._alive(t)])
         servers = [t for t in self._tasks.values() if t.plan.job == PS]
-        self._watch(lambda: not any(t.alive for t in servers), time.monotonic() + self._policy.ps_grace_secs)
+        self._watch(lambda: not any(self._alive(t) for t in servers), time.monotonic() + self._policy.ps_grace_secs)
 
     def _decide(self, succeeded: bool, message: str, exit_code: int, *, port_conflict=False) -> None:
         if self._outcome is None:
@@ -226,48 +217,51 @@ class Supervisor:
             bound = min(self._console.status_interval, TAIL_SECS)
             if deadline is not None:
                 bound = min(bound, deadline - now)
-            for key, _ in self._selector.select(timeout=max(0.0, min(bound, self._drills.next_at() - now))):
-                if key.data[0] == "signal" and self._on_signal():
-                    return
+            self._interrupted = False
+            exited = self._group.poll(max(0.0, min(bound, self._drills.next_at() - now)))
+            if self._interrupted:
+                return
             for task in self._tasks.values():
                 task.tail.pump()
             self._run_drills()
-            for task in self._tasks.values():
-                if task.popen is not None and task.state in ("running",) and task.popen.poll() is not None:
+            for name in exited:
+                task = self._tasks[name]
+                if task.state == "running":
                     self._on_exit(task)
             self._show_status()
 
-    def _on_signal(self) -> bool:
+    def _on_signal(self) -> None:
+        """The signal fd's reader: a signal stops every task and ends the current wait."""
         numbers = os.read(self._signal_fd, 64)
         if not numbers:
-            return False
+            return
         name = signal.Signals(numbers[-1]).name
         self._console.line(f"launcher: got {name}; stopping every task")
         self._decide(False, f"interrupted by {name}", 128 + numbers[-1])
-        self._stop([t for t in self._tasks.values() if t.alive])
-        return True
+        self._stop([t for t in self._tasks.values() if self._alive(t)])
+        self._interrupted = True
+
+    @staticmethod
+    def _alive(task: _Task) -> bool:
+        """Started and its exit not handled yet: a task leaves "running" only in _on_exit, so every exit
+        the group reports is handled before the run counts the task as ended."""
+        return task.state == "running"
 
     # Task life cycle.
     def _start(self, task: _Task) -> None:
         task.output.note(f"{'start' if task.restarts == 0 else f'restart {task.restarts}'}: {' '.join(task.plan.argv)}")
         try:
-            task.popen = self._starter.start(task.plan.argv, env=task.plan.env, stdout=task.log, stderr=task.log)
+            self._group.start(task.plan.name, task.plan.argv, env=task.plan.env, stdout=task.log, stderr=task.log)
         except OSError as err:  # the command does not exist or cannot be run: bad input
             task.state = "not started"
             self._decide(False, f"cannot start {task.plan.name}: {task.plan.argv[0]}: {err.strerror}", EXIT_CONFIG)
             return
         task.started_at = time.monotonic()
         task.state = "running"
-        if self._on_start is not None:
-            self._on_start(task.popen.pid)
-        pidfd = lifecycle.pid_fd(task.popen)
-        if pidfd is not None:
-            self._selector.register(pidfd, selectors.EVENT_READ, ("exit", task, None))
-            task.pidfd = pidfd
 
     def _on_exit(self, task: _Task) -> None:
         self._release(task)
-        code = task.popen.returncode
+        code = self._group.returncode(task.plan.name)
         name, policy = task.plan.name, self._policy
         if task.stop_requested:
             task.state = "stopped"
@@ -319,12 +313,8 @@ class Supervisor:
             self._decide(True, f"the chief ({chief.plan.name}) finished with status 0", 0)
 
     def _release(self, task: _Task) -> None:
-        """Reads what an exited task wrote last (its tail of the log) and closes its pidfd."""
+        """Counts an exited task's run time and reads what it wrote last (its tail of the log)."""
         task.run_secs += time.monotonic() - task.started_at
-        if task.pidfd is not None:
-            self._selector.unregister(task.pidfd)
-            os.close(task.pidfd)
-            task.pidfd = None
         task.tail.pump()
 
     def _stop(self, tasks: list[_Task]) -> None:
@@ -333,22 +323,22 @@ class Supervisor:
         for task in tasks:
             task.stop_requested = True
             task.output.note("stopping (SIGTERM, then SIGKILL after the grace period)")
-        lifecycle.stop_trees([t.popen for t in tasks], self._policy.stop_grace_secs)
+        self._group.stop([t.plan.name for t in tasks], self._policy.stop_grace_secs)
         for task in tasks:
-            if task.popen.returncode is not None:
+            if self._group.returncode(task.plan.name) is not None:
                 self._on_exit(task)
 
     # Chaos drills.
     def _run_drills(self) -> None:
         for job, index, secs in self._drills.due(time.monotonic()):
             task = self._tasks.get(f"{job}:{index}")
-            if task is None or not task.alive:
+            if task is None or not self._alive(task):
                 self._console.line(f"launcher: --kill={job}:{index}@{secs:g}s: the task is not running; skipped")
                 continue
             self._console.line(f"launcher: --kill drill: SIGKILL {task.plan.name} at {secs:g}s")
             task.output.note(f"killed by the --kill drill at {secs:g}s")
             task.drill_killed = True
-            lifecycle.kill_tree(task.popen, signal.SIGKILL)
+            self._group.kill(task.plan.name, signal.SIGKILL)
 
     # Reporting.
     def _check_log_space(self, now: float) -> None:
@@ -374,7 +364,8 @@ class Supervisor:
         if now - self._last_usage_at < self._console.status_interval:
             return
         self._last_usage_at = now
-        cpu, rss = lifecycle.usage([t.popen for t in self._tasks.values() if t.alive], self._usage_cache)
+        alive = [self._group.process(t.plan.name) for t in self._tasks.values() if self._alive(t)]
+        cpu, rss = lifecycle.usage(alive, self._usage_cache)
         text = status_text(
             elapsed=now - self._t0,
             global_step=max(steps) if steps else None,
@@ -386,7 +377,7 @@ class Supervisor:
         self._console.status(text, now)
 
     def _row(self, task: _Task) -> SummaryRow:
-        code = None if task.popen is None else task.popen.returncode
+        code = self._group.returncode(task.plan.name)
         return SummaryRow(
             task=task.plan.name,
             address=task.plan.address,

@@ -15,12 +15,12 @@ import sys
 from collections.abc import Mapping, Sequence
 
 from ps_toolkit.base.errors import ConfigError
+from ps_toolkit.base.paths import PACKAGE_PARENT
 from ps_toolkit.cluster.config import CHIEF, EVALUATOR, PS, WORKER, ClusterConfig, parse_host_list
 
 LOCALHOST = "localhost"
-# The per-task entry point, relative to the repository root.
-_CHECKOUT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-RUN_TASK_SCRIPT = os.path.join(_CHECKOUT, "scripts", "run_task.py")
+# The per-task entry point, in the checkout's scripts/.
+RUN_TASK_SCRIPT = os.path.join(PACKAGE_PARENT, "scripts", "run_task.py")
 RUN_TASK_MODULE = "ps_toolkit.tools.run_task"
 # Jobs in the order their tasks are started: servers first.
 START_ORDER = (PS, CHIEF, WORKER, EVALUATOR)

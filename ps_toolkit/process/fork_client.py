@@ -30,13 +30,12 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 
 from ps_toolkit.base import tf_import
+from ps_toolkit.base.paths import PACKAGE_PARENT
 from ps_toolkit.process import fork_protocol, lifecycle
 
-# The folder holding the ps_toolkit package: a checkout, or site-packages.
-REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 # Commands a fork server runs: the toolkit's task entry and the legacy-script runner.
-RUN_LEGACY_SCRIPT = os.path.join(REPO, "scripts", "run_legacy.py")
-FORKABLE_SCRIPTS = (os.path.join(REPO, "scripts", "run_task.py"), RUN_LEGACY_SCRIPT)
+RUN_LEGACY_SCRIPT = os.path.join(PACKAGE_PARENT, "scripts", "run_legacy.py")
+FORKABLE_SCRIPTS = (os.path.join(PACKAGE_PARENT, "scripts", "run_task.py"), RUN_LEGACY_SCRIPT)
 RUN_LEGACY_MODULE = "ps_toolkit.tools.run_legacy"
 FORKABLE_MODULES = ("ps_toolkit.tools.run_task", RUN_LEGACY_MODULE)
 START_METHODS = ("fork", "exec")
@@ -113,7 +112,7 @@ class ForkServer:
                 env=self.env,
                 stdout=subprocess.DEVNULL,
                 stderr=self._stderr,
-                cwd=REPO,  # puts this checkout's ps_toolkit first on the server's sys.path
+                cwd=PACKAGE_PARENT,  # puts this checkout's ps_toolkit first on the server's sys.path
                 pass_fds=(theirs.fileno(),),
             )
         finally:
