@@ -73,3 +73,12 @@ def test_local_cluster_runs_run_task_to_the_end(local_cluster):
     cluster = local_cluster(num_ps=1, num_workers=2, train_args=["--train_steps=200"])
     assert cluster.wait(["worker"], timeout_secs=BOUND_SECS) == {"worker:0": 0, "worker:1": 0}
     assert cluster.wait(["ps"], timeout_secs=60) == {"ps:0": 0}
+
+
+def test_a_run_past_its_timeout_says_where_each_task_waits(tmp_path):
+    code, output, context = launch(["--quiet", "--train_steps=100000000", "--timeout_secs=25"], tmp_path)
+    assert code == 1 and "did not end within --timeout_secs=25" in output, context
+    assert "Python stacks" in output, context
+    for name in ("ps-0", "worker-0", "worker-1"):
+        log = (tmp_path / "run" / f"{name}.log").read_text()
+        assert "(most recent call first)" in log and "run_task" in log, f"{name}:\n{log[-3000:]}\n{context}"

@@ -18,6 +18,7 @@ from ps_toolkit.base import paths
 from ps_toolkit.cluster.config import EVALUATOR, ClusterConfig
 from ps_toolkit.launch.ports import reserve_ports
 from ps_toolkit.launch.task_plan import TaskPlan, Topology, default_command, plan_tasks, task_env
+from ps_toolkit.process import stack_dump
 from ps_toolkit.process.fork_client import TaskStarter
 from ps_toolkit.process.group import ProcessGroup
 
@@ -171,8 +172,16 @@ class LocalCluster:
                 raise TaskFailedError(name, code, self._tail(name))
         pending = [name for name, code in codes.items() if code is None]
         if pending:
-            raise TaskFailedError(pending[0], None, self._tail(pending[0]))
+            raise TaskFailedError(pending[0], None, self._tail(pending[0]) + self._stacks(pending[0]))
         return codes
+
+    def _stacks(self, name: str) -> str:
+        """The running task's Python stacks (stack_dump), as a section of an error message; '' if none."""
+        plan = self._plans[name]
+        if not stack_dump.dumps_stacks(plan.argv):
+            return ""
+        stacks = stack_dump.request_stacks(self._group.process(name).pid, self.log_path(plan.job, plan.index))
+        return f"\n--- where it waits: its threads' Python stacks ---\n{stacks}" if stacks else ""
 
     def _tail(self, name: str) -> str:
         plan = self._plans[name]

@@ -26,7 +26,7 @@ from ps_toolkit.launch.drills import DrillSchedule
 from ps_toolkit.launch.status import Console, StepRate, SummaryRow, describe_exit, exit_status_cell, status_text
 from ps_toolkit.launch.task_output import LogTail, TaskOutput
 from ps_toolkit.launch.task_plan import TaskPlan
-from ps_toolkit.process import lifecycle
+from ps_toolkit.process import lifecycle, stack_dump
 from ps_toolkit.process.fork_client import TaskStarter
 from ps_toolkit.process.group import ProcessGroup
 
@@ -179,7 +179,8 @@ class Supervisor:
             deadline = None if self._policy.timeout_secs is None else self._t0 + self._policy.timeout_secs
             self._watch(lambda: self._outcome is not None, deadline)
             if self._outcome is None:
-                self._decide(False, f"the run did not end within --timeout_secs={self._policy.timeout_secs:g}", 1)
+                message = f"the run did not end within --timeout_secs={self._policy.timeout_secs:g}"
+                self._decide(False, message + self._dump_stacks_of_running(), 1)
             self._restarts_allowed = False
             if self._outcome.succeeded:
                 self._wind_down()
@@ -194,6 +195,21 @@ class Supervisor:
         self._outcome.rows = [self._row(t) for t in self._tasks.values()]
         self._outcome.outputs = {name: t.output for name, t in self._tasks.items()}
         return self._outcome
+
+    def _dump_stacks_of_running(self) -> str:
+        """Has every running toolkit task write its Python stacks to its log; says where, or ''."""
+        dumped = [
+            task.log_path
+            for task in self._tasks.values()
+            if self._alive(task)
+            and stack_dump.dumps_stacks(task.plan.argv)
+            and stack_dump.request_stacks(self._group.process(task.plan.name).pid, task.log_path)
+        ]
+        return (
+            f"; where each task still running waits (its Python stacks) is at the end of {', '.join(dumped)}"
+            if dumped
+            else ""
+        )
 
     def _wind_down(self) -> None:
         """After success: the others get a grace period to end on their own, then are stopped."""

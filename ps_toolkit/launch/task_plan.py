@@ -15,13 +15,10 @@ import sys
 from collections.abc import Mapping, Sequence
 
 from ps_toolkit.base.errors import ConfigError
-from ps_toolkit.base.paths import PACKAGE_PARENT
 from ps_toolkit.cluster.config import CHIEF, EVALUATOR, PS, WORKER, ClusterConfig, parse_host_list
+from ps_toolkit.process.fork_client import RUN_TASK_MODULE, RUN_TASK_SCRIPT  # the per-task entry point
 
 LOCALHOST = "localhost"
-# The per-task entry point, in the checkout's scripts/.
-RUN_TASK_SCRIPT = os.path.join(PACKAGE_PARENT, "scripts", "run_task.py")
-RUN_TASK_MODULE = "ps_toolkit.tools.run_task"
 # Jobs in the order their tasks are started: servers first.
 START_ORDER = (PS, CHIEF, WORKER, EVALUATOR)
 # More tasks than this on one machine is not a local cluster (each is a TensorFlow process).

@@ -34,10 +34,12 @@ from ps_toolkit.base.paths import PACKAGE_PARENT
 from ps_toolkit.process import fork_protocol, lifecycle
 
 # Commands a fork server runs: the toolkit's task entry and the legacy-script runner.
+RUN_TASK_SCRIPT = os.path.join(PACKAGE_PARENT, "scripts", "run_task.py")
 RUN_LEGACY_SCRIPT = os.path.join(PACKAGE_PARENT, "scripts", "run_legacy.py")
-FORKABLE_SCRIPTS = (os.path.join(PACKAGE_PARENT, "scripts", "run_task.py"), RUN_LEGACY_SCRIPT)
+FORKABLE_SCRIPTS = (RUN_TASK_SCRIPT, RUN_LEGACY_SCRIPT)
+RUN_TASK_MODULE = "ps_toolkit.tools.run_task"
 RUN_LEGACY_MODULE = "ps_toolkit.tools.run_legacy"
-FORKABLE_MODULES = ("ps_toolkit.tools.run_task", RUN_LEGACY_MODULE)
+FORKABLE_MODULES = (RUN_TASK_MODULE, RUN_LEGACY_MODULE)
 START_METHODS = ("fork", "exec")
 # Importing TensorFlow on a busy 2-core machine can take tens of seconds.
 READY_TIMEOUT_SECS = 120.0

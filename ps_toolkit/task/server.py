@@ -12,6 +12,8 @@ from __future__ import annotations
 import logging
 import os
 import queue
+import select
+import socket
 import threading
 import time
 
@@ -30,7 +32,6 @@ _DONE_QUEUE_CAPACITY = 1 << 16
 _SIGNAL_DONE_TIMEOUT_MS = 10_000
 # How long a ps outlives the last done token while a finished replica's process still runs.
 REPLICA_EXIT_GRACE_SECS = 10.0
-_REPLICA_EXIT_POLL_SECS = 0.05
 
 
 def session_config(
@@ -196,10 +197,40 @@ def wait_for_replicas_gone(cluster: ClusterConfig, grace_secs: float) -> None:
     addresses = [replicas_address(cluster, task) for task in cluster.replica_tasks()]
     deadline = time.monotonic() + grace_secs
     while time.monotonic() < deadline:
-        if not any(reachable(address) for address in addresses):
+        connections = [sock for sock in map(_connect, addresses) if sock is not None]
+        if not connections:
             return
-        time.sleep(_REPLICA_EXIT_POLL_SECS)  # a poll of other processes' ports: nothing to wake on
+        try:
+            _wait_until_closed(connections, deadline)
+        finally:
+            for sock in connections:
+                sock.close()
     log.info("%s: a finished replica still answers after %.0fs; exiting", cluster.device, grace_secs)
+
+
+def _connect(address: str) -> socket.socket | None:
+    host, port = split_address(address, "cluster")
+    try:
+        return socket.create_connection((host, port), timeout=0.3)
+    except OSError:
+        return None
+
+
+def _wait_until_closed(connections: list[socket.socket], deadline: float) -> None:
+    """Returns when every connection was closed by its peer (its process ended, say), or at ``deadline``."""
+    open_ones = list(connections)
+    while open_ones:
+        remaining = deadline - time.monotonic()
+        if remaining <= 0:
+            return
+        readable, _, _ = select.select(open_ones, [], [], remaining)
+        for sock in readable:
+            try:
+                data = sock.recv(4096)  # a server's greeting keeps it open; b"" or an error: closed
+            except OSError:
+                data = b""
+            if not data:
+                open_ones.remove(sock)
 
 
 def _wait_for_replicas(cluster: ClusterConfig, tokens: queue.Queue, orphan_timeout_secs, poll_secs) -> list[int]:
