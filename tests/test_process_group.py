@@ -1,6 +1,7 @@
 """ProcessGroup (ps_toolkit/process/group.py): small ``python -c`` children, exec'd; no TensorFlow."""
 
 import os
+import select
 import signal
 import subprocess
 import sys
@@ -201,3 +202,18 @@ def test_on_start_is_told_each_pid():
     with _group(on_start=pids.append) as group:
         proc = _start(group, "task", "pass")
     assert pids == [proc.pid]
+
+
+def test_waiting_on_one_process_while_another_has_exited_costs_no_cpu():
+    with _group() as group:
+        _start(group, "forever", _FOREVER)
+        early = _start(group, "early", "pass")
+        exit_fd = os.pidfd_open(early.pid)
+        select.select([exit_fd], [], [], 20)  # exited (not reaped), and not yet seen by the group
+        os.close(exit_fd)
+        cpu_before = time.process_time()
+        codes = group.wait(["forever"], time.monotonic() + 1.0)
+        # A pidfd left readable in the selector would make this a busy loop: about 1 s of CPU.
+        assert codes == {"forever": None}
+        assert time.process_time() - cpu_before < 0.3
+        assert group.poll(0) == ["early"], "the exit is still reported, once"

@@ -251,8 +251,11 @@ class ProcessGroup:
             timeout = min(timeout, FALLBACK_POLL_SECS)
         for key, _ in self._selector.select(timeout=max(0.0, timeout)):
             kind, data = key.data
+            if kind == "exit":
+                # Noted now, its pidfd leaves the selector: a readable pidfd would wake every later wait at once.
+                self._note_exit(self._entries[data])
             # An earlier callback of this batch may have removed this reader.
-            if kind == "reader" and self._selector.get_map().get(key.fd) is key:
+            elif self._selector.get_map().get(key.fd) is key:
                 data()
 
     def _note_exit(self, entry: _Entry) -> bool:
