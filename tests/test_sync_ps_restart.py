@@ -15,6 +15,7 @@ import pytest
 
 from ps_toolkit.cluster.preflight import reachable
 from ps_toolkit.launch.local_cluster import LocalCluster
+from ps_toolkit.process import stack_dump
 from tests import logwatch
 from tests.test_failure_matrix import record
 
@@ -46,6 +47,16 @@ def _stepping_again(path: str, restarted_at: float):
     return None
 
 
+def _where_replicas_wait(local) -> str:
+    """Every replica's log tail and Python stacks (stack_dump), for a failure message."""
+    parts = []
+    for index in (0, 1):
+        path = local.log_path("worker", index)
+        stacks = stack_dump.request_stacks(local.pid("worker", index), path) or "(no stacks)"
+        parts.append(f"--- worker:{index}: log tail ---\n{logwatch.read_log(path)[-2000:]}\n--- stacks ---\n{stacks}")
+    return "\n".join(parts)
+
+
 def _recovery(local, restarted_at: float) -> dict:
     """Seconds from the restart to each replica's global step moving again (bounded)."""
     seconds = {}
@@ -55,7 +66,7 @@ def _recovery(local, restarted_at: float) -> dict:
             lambda path=path: _stepping_again(path, restarted_at),
             RECOVERY_BOUND_SECS + 20,
             f"worker:{index} stepping again",
-            lambda path=path: logwatch.read_log(path)[-3000:],
+            lambda: _where_replicas_wait(local),
         )
         seconds[f"worker:{index}"] = round(record["time"] - restarted_at, 1)
     return seconds

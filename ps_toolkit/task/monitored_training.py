@@ -178,12 +178,34 @@ def _run_session(cluster, target, config, graph: TrainGraph, hooks, progress, se
             ) as session:
                 watchdog.expect(_step_dependency(cluster, config))
                 while not session.should_stop():
-                    session.run(graph.train_op, feed_dict=_steps_feed(graph, config, cluster, progress))
+                    _run_step(session, graph, config, cluster, progress)
         except tf.compat.v1.train.NanLossDuringTrainingError:
             rate = f" (was {graph.learning_rate})" if graph.learning_rate is not None else ""
             raise ConfigError(
                 f"loss became NaN near global step {progress.last_global_step}; lower --learning_rate{rate}"
             ) from None
+
+
+# A step's error lists every status its parts raised, the first one giving its type: these beside a
+# CANCELLED are the preemption errors MonitoredSession recovers from (a peer restarted or went away).
+_PEER_RESTARTED = ("ABORTED: From /job:", "UNAVAILABLE: From /job:", "was probably restarted")
+
+
+def _run_step(session, graph: TrainGraph, config: TrainConfig, cluster: ClusterConfig, progress) -> None:
+    """One ``session.run`` of the training op; a step cancelled because a peer restarted is not an error.
+
+    When a ps restarts mid-step, TensorFlow may report the step as CANCELLED
+    (this replica's half of a transfer was cancelled) with the ps's ABORTED or
+    UNAVAILABLE beside it, whichever part failed first. MonitoredSession
+    re-creates its session only on ABORTED and UNAVAILABLE: the next run meets
+    the restarted ps's ABORTED and does.
+    """
+    try:
+        session.run(graph.train_op, feed_dict=_steps_feed(graph, config, cluster, progress))
+    except tf.errors.CancelledError as err:
+        if not any(sign in err.message for sign in _PEER_RESTARTED):
+            raise
+        log.info("%s: a step was cancelled by a peer's restart; the session is re-created", cluster.device)
 
 
 def _write_eval_summary(checkpoint_dir: str, step: int, metrics: dict) -> None:
