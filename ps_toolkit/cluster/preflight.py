@@ -78,11 +78,19 @@ def check_task_can_start(cluster: ClusterConfig) -> None:
         check_port_free(cluster)
 
 
-def reachable(address: str, timeout: float = 0.3) -> bool:
-    """True if something accepts TCP connections at host:port."""
+def connect(address: str, timeout: float = 0.3) -> socket.socket | None:
+    """A TCP connection to host:port, or None when nothing accepts one."""
     host, port = split_address(address, "cluster")
     try:
-        with socket.create_connection((host, port), timeout=timeout):
-            return True
+        return socket.create_connection((host, port), timeout=timeout)
     except OSError:
+        return None
+
+
+def reachable(address: str, timeout: float = 0.3) -> bool:
+    """True if something accepts TCP connections at host:port."""
+    connection = connect(address, timeout)
+    if connection is None:
         return False
+    connection.close()
+    return True

@@ -178,9 +178,9 @@ class LocalCluster:
     def _stacks(self, name: str) -> str:
         """The running task's Python stacks (stack_dump), as a section of an error message; '' if none."""
         plan = self._plans[name]
-        if not stack_dump.dumps_stacks(plan.argv):
-            return ""
-        stacks = stack_dump.request_stacks(self._group.process(name).pid, self.log_path(plan.job, plan.index))
+        stacks = stack_dump.stacks_of_task(
+            plan.argv, self._group.process(name).pid, self.log_path(plan.job, plan.index)
+        )
         return f"\n--- where it waits: its threads' Python stacks ---\n{stacks}" if stacks else ""
 
     def _tail(self, name: str) -> str:

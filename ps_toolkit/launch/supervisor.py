@@ -202,8 +202,7 @@ class Supervisor:
             task.log_path
             for task in self._tasks.values()
             if self._alive(task)
-            and stack_dump.dumps_stacks(task.plan.argv)
-            and stack_dump.request_stacks(self._group.process(task.plan.name).pid, task.log_path)
+            and stack_dump.stacks_of_task(task.plan.argv, self._group.process(task.plan.name).pid, task.log_path)
         ]
         return (
             f"; where each task still running waits (its Python stacks) is at the end of {', '.join(dumped)}"

@@ -32,6 +32,11 @@ def dumps_stacks(argv: Sequence[str]) -> bool:
     return os.path.realpath(argv[1]) == os.path.realpath(RUN_TASK_SCRIPT)
 
 
+def stacks_of_task(argv: Sequence[str], pid: int, log_path: str) -> str | None:
+    """The stacks of task ``pid`` running ``argv`` (request_stacks), or None when ``argv`` does not answer."""
+    return request_stacks(pid, log_path) if dumps_stacks(argv) else None
+
+
 def request_stacks(pid: int, log_path: str, timeout_secs: float = 3.0) -> str | None:
     """Sends ``DUMP_SIGNAL`` to task ``pid`` and returns the stacks it appended to ``log_path``.
 

@@ -21,7 +21,7 @@ import tensorflow as tf
 
 from ps_toolkit.base.errors import OrphanedError, PortInUseError
 from ps_toolkit.cluster.config import PS, ClusterConfig, split_address
-from ps_toolkit.cluster.preflight import check_host_resolves, check_port_free, reachable
+from ps_toolkit.cluster.preflight import check_host_resolves, check_port_free, connect, reachable
 from ps_toolkit.task import open_ports
 from ps_toolkit.task.netns import PRIVATE_NETWORK_ENV
 
@@ -197,7 +197,7 @@ def wait_for_replicas_gone(cluster: ClusterConfig, grace_secs: float) -> None:
     addresses = [replicas_address(cluster, task) for task in cluster.replica_tasks()]
     deadline = time.monotonic() + grace_secs
     while time.monotonic() < deadline:
-        connections = [sock for sock in map(_connect, addresses) if sock is not None]
+        connections = [sock for sock in map(connect, addresses) if sock is not None]
         if not connections:
             return
         try:
@@ -206,14 +206,6 @@ def wait_for_replicas_gone(cluster: ClusterConfig, grace_secs: float) -> None:
             for sock in connections:
                 sock.close()
     log.info("%s: a finished replica still answers after %.0fs; exiting", cluster.device, grace_secs)
-
-
-def _connect(address: str) -> socket.socket | None:
-    host, port = split_address(address, "cluster")
-    try:
-        return socket.create_connection((host, port), timeout=0.3)
-    except OSError:
-        return None
 
 
 def _wait_until_closed(connections: list[socket.socket], deadline: float) -> None:
