@@ -82,7 +82,11 @@ def define_training_flags() -> None:
     flags.DEFINE_boolean(
         "pack_transfers", True, "Move the small parameters and their gradients as one tensor per ps each way."
     )
-    flags.DEFINE_float("readiness_poll_secs", 0.2, "How often a non-chief checks whether the model is ready.")
+    flags.DEFINE_float(
+        "readiness_poll_secs",
+        0.2,
+        "Longest wait between a non-chief's checks that the model is ready (the first waits: 0.05 s, doubling).",
+    )
     flags.DEFINE_float(
         "watchdog_secs", 300.0, "No global-step progress this long ends the task with status 200 (retryable); 0: off."
     )

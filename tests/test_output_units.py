@@ -1,8 +1,11 @@
 """Units of the launcher's output path: the best-effort console, tolerant task streams, log tails, the reaper."""
 
+import fcntl
 import os
+import select
 import subprocess
 import sys
+import threading
 import time
 
 import psutil
@@ -53,19 +56,35 @@ def test_writes_to_a_reader_that_never_reads_return_at_once_and_drop_past_the_bo
 
 def test_a_reader_that_resumes_gets_what_was_queued_and_how_many_lines_were_dropped():
     pipe = _Pipe()
+    pipe_holds = fcntl.fcntl(pipe.read_fd, fcntl.F_GETPIPE_SZ)
+    received = bytearray()
+    resumed = threading.Event()
+
+    def read_until_last(deadline: float) -> None:
+        while b"last\n" not in received and time.monotonic() < deadline:
+            ready, _, _ = select.select([pipe.read_fd], [], [], 0.1)
+            if ready:
+                received.extend(os.read(pipe.read_fd, 1 << 16))
+            if len(received) > pipe_holds + 1_000:
+                resumed.set()
+
     try:
         stream = BestEffortStream(pipe, limit_bytes=100_000)
         for index in range(3_000):  # 300 KB: more than the pipe and the queue hold together
             stream.write(f"{index:05d} " + "y" * 94 + "\n")
+        stream.flush()
+        reader = threading.Thread(target=read_until_last, args=(time.monotonic() + 30.0,))
+        reader.start()
+        # Once the reader has taken more than the pipe holds, lines have left the queue, so it has
+        # room again: the next line is queued, after the note that counts the lines dropped.
+        assert resumed.wait(30.0), f"the reader got only {len(received)} bytes"
         stream.write("last\n")
         stream.flush()
-        received = b""
-        with os.fdopen(pipe.read_fd, "rb", closefd=False) as reader:
-            while not received.endswith(b"last\n"):
-                received += reader.read1(1 << 16)
+        reader.join(35.0)
         stream.close(timeout_secs=5.0)
         text = received.decode()
-        assert text.startswith("00000 ") and "the console reader was too slow:" in text
+        assert text.startswith("00000 ") and text.endswith("last\n")
+        assert "the console reader was too slow:" in text
     finally:
         pipe.close()
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 import logging
 import os
 import time
+from collections.abc import Callable
 
 import tensorflow as tf
 
@@ -49,6 +50,11 @@ def _chief_saving_hooks(config: TrainConfig, graph: TrainGraph, listeners=()) ->
         save_secs=config.save_checkpoint_secs,
         scaffold=graph.scaffold,
         listeners=list(listeners),
+        # No graph.pbtxt and no .meta file beside each checkpoint: the graph holds the input
+        # pipeline's data as constants, and writing it as text before the first step and again
+        # at every save was the chief's largest start-up cost. TensorBoard reads the graph from
+        # the events file, which still gets it; --export_dir writes a servable graph.
+        save_graph_def=False,
     )
     # TF's hook assumes a million steps per session.run unless told otherwise, so
     # it reads the global step again after EVERY run: one more round trip to the ps
@@ -89,13 +95,18 @@ def _steps_feed(graph: TrainGraph, config: TrainConfig, cluster: ClusterConfig, 
 
 def train(
     cluster: ClusterConfig,
-    target: str,
+    target: str | Callable[[], str],
     config: TrainConfig,
     definition: ModelDefinition,
     session_config=None,
     on_progress=None,
 ) -> dict:
     """Trains this replica until the global step reaches ``config.train_steps``.
+
+    ``target`` is the session target, or a function that starts this task's
+    server and returns its target: it is called once the training graph is
+    built, so a model that breaks the contract (ConfigError) is reported
+    before anyone can wait for this task, without building the graph twice.
 
     Returns the task's result record: job, task, global_step, local_steps,
     first_loss, final_loss, eval (every metric of the final evaluation, when
@@ -109,6 +120,8 @@ def train(
             checkpoints.check_model_matches_checkpoint(config.checkpoint_dir, tf.compat.v1.global_variables())
         progress = _progress_hook(cluster, config, graph, on_progress)
         hooks = _hooks(cluster, config, graph, progress)
+        if callable(target):
+            target = target()
         _run_session(cluster, target, config, graph, hooks, progress, session_config)
         if progress.local_steps:
             progress.emit()

@@ -31,7 +31,9 @@ def run_task(
 
     ``load_definition`` is called only by the tasks that build the model, and
     before their server starts: a missing module, data set or a model_fn that
-    returns no loss is reported before anyone waits for this task.
+    returns no loss is reported before anyone waits for this task (a training
+    replica builds its graph before it starts its server; the evaluator and an
+    export check theirs in a scratch graph).
     """
     if cluster.task_type == PS:
         result = _serve(cluster, ps_orphan_timeout_secs)
@@ -40,13 +42,15 @@ def run_task(
         from ps_toolkit.placement import strategies
         from ps_toolkit.training import model_check
 
-        model_check.check_definition(definition, cluster, config)
         partitioner = strategies.variable_partitioner(cluster) if config.partition_variables else None
         if cluster.task_type == EVALUATOR:
             from ps_toolkit.training import evaluation
 
+            model_check.check_eval_definition(definition)
             result = evaluation.evaluate_checkpoints(cluster, config, definition, partitioner)
         else:
+            if cluster.is_chief and config.export_dir:
+                model_check.check_export_definition(definition, cluster, config)
             result = _train(cluster, config, definition, partitioner)
     print_result(result)
     return result
@@ -70,13 +74,18 @@ def _train(cluster: ClusterConfig, config: TrainConfig, definition: ModelDefinit
     if cluster.is_chief:
         checkpoints.prepare_checkpoint_dir(config.checkpoint_dir)
     session_config = server_lib.session_config(cluster)
-    server = server_lib.start_server(cluster, session_config)
-    if cluster.is_chief:
-        write_run_record(config.checkpoint_dir, cluster, config, definition)
-    result = monitored_training.train(cluster, server.target, config, definition, session_config)
+    servers = []
+
+    def start_server() -> str:
+        servers.append(server_lib.start_server(cluster, session_config))
+        if cluster.is_chief:
+            write_run_record(config.checkpoint_dir, cluster, config, definition)
+        return servers[0].target
+
+    result = monitored_training.train(cluster, start_server, config, definition, session_config)
     # Close the chief's summary writers now: nothing must depend on interpreter exit.
     tf_summary_writers_flush()
-    server_lib.signal_done(cluster, server.target)
+    server_lib.signal_done(cluster, servers[0].target)
     if cluster.is_chief and config.export_dir:
         from ps_toolkit.training import export, input_pipeline
 

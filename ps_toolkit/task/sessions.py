@@ -10,6 +10,7 @@ from a ps restart half a minute late. These creators fix both.
 from __future__ import annotations
 
 import logging
+import time
 
 import tensorflow as tf
 
@@ -27,19 +28,21 @@ class _ScaffoldedCreator(tf.compat.v1.train.SessionCreator):
         self._master = master
         self._config = config
         self._readiness_poll_secs = readiness_poll_secs
-        self._manager = None
+        self._managers: dict[float, _SessionManager] = {}
 
-    def _session_manager(self):
-        if self._manager is None:
-            self._manager = _SessionManager(
+    def _session_manager(self, recovery_wait_secs: float | None = None):
+        """The session manager that waits ``recovery_wait_secs`` (default ``readiness_poll_secs``) between checks."""
+        wait = self._readiness_poll_secs if recovery_wait_secs is None else recovery_wait_secs
+        if wait not in self._managers:
+            self._managers[wait] = _SessionManager(
                 local_init_op=self._scaffold.local_init_op,
                 local_init_feed_dict=self._scaffold.local_init_feed_dict,
                 ready_op=self._scaffold.ready_op,
                 ready_for_local_init_op=self._scaffold.ready_for_local_init_op,
                 graph=tf.compat.v1.get_default_graph(),
-                recovery_wait_secs=self._readiness_poll_secs,
+                recovery_wait_secs=wait,
             )
-        return self._manager
+        return self._managers[wait]
 
 
 class LiveStateChiefSessionCreator(_ScaffoldedCreator):
@@ -100,7 +103,16 @@ class LiveStateChiefSessionCreator(_ScaffoldedCreator):
 
 
 class FastWorkerSessionCreator(_ScaffoldedCreator):
-    """A non-chief creator that checks for a ready model every ``readiness_poll_secs``."""
+    """A non-chief creator that checks for a ready model at once, then after waits that double
+    from ``FIRST_POLL_SECS`` up to ``readiness_poll_secs``.
+
+    Started together with the chief, a worker usually finds the model ready a
+    fraction of a second later: short first waits let it start training then,
+    and the longer later ones keep a large cluster waiting for a slow chief
+    (or a restore) from asking the ps tasks many times a second.
+    """
+
+    FIRST_POLL_SECS = 0.05
 
     def __init__(self, scaffold, master, config, readiness_poll_secs=1.0, max_wait_secs=30 * 60):
         super().__init__(scaffold, master, config, readiness_poll_secs)
@@ -108,6 +120,18 @@ class FastWorkerSessionCreator(_ScaffoldedCreator):
 
     def create_session(self):
         self._scaffold.finalize()
+        deadline = time.monotonic() + self._max_wait_secs
+        poll = min(self.FIRST_POLL_SECS, self._readiness_poll_secs)
+        while poll < self._readiness_poll_secs:
+            # Two checks a wait apart; DeadlineExceeded means the model was not ready for either.
+            try:
+                return self._session_manager(poll).wait_for_session(
+                    self._master, config=self._config, max_wait_secs=2 * poll
+                )
+            except tf.errors.DeadlineExceededError:
+                pass
+            time.sleep(poll)
+            poll *= 2
         return self._session_manager().wait_for_session(
-            self._master, config=self._config, max_wait_secs=self._max_wait_secs
+            self._master, config=self._config, max_wait_secs=max(0.0, deadline - time.monotonic())
         )
