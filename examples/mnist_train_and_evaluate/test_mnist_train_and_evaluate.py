@@ -25,8 +25,16 @@ def test_train_and_evaluate_with_tf_config_roles(tmp_path):
         assert re.search(rf"^{task}\s+\S+\s+0 \(finished\)", summary, re.M), summary + run.describe()
     _, final_step = final_checkpoint(model_dir)
     metrics = evaluated_steps(model_dir)
-    assert final_step >= 400 and final_step in metrics, (final_step, metrics, run.describe())
-    assert metrics[final_step]["accuracy"] >= 0.85, metrics  # 0.95-0.97 measured on the 300 test digits
+    # The evaluator records the global step restored from the checkpoint, which in async training
+    # can be past the step in the file's name (the other worker stepped between the chief's read of
+    # the step and its save): no checkpoint is newer than the final one, so this is its evaluation.
+    last_evaluated = max(metrics, default=None)
+    assert final_step >= 400 and last_evaluated is not None and last_evaluated >= final_step, (
+        final_step,
+        metrics,
+        run.describe(),
+    )
+    assert metrics[last_evaluated]["accuracy"] >= 0.85, metrics  # 0.95-0.97 measured on the 300 test digits
 
 
 def test_a_missing_data_dir_is_one_line(tmp_path):
