@@ -51,9 +51,9 @@ def _chief_saving_hooks(config: TrainConfig, graph: TrainGraph, listeners=()) ->
         scaffold=graph.scaffold,
         listeners=list(listeners),
         # No graph.pbtxt and no .meta file beside each checkpoint: the graph holds the input
-        # pipeline's data as constants, and writing it as text before the first step and again
-        # at every save was the chief's largest start-up cost. TensorBoard reads the graph from
-        # the events file, which still gets it; --export_dir writes a servable graph.
+        # pipeline's data as constants, and writing it as text before the first step (and again
+        # at every save) would be the chief's largest start-up cost. TensorBoard reads the graph
+        # from the events file, which still gets it; --export_dir writes a servable graph.
         save_graph_def=False,
     )
     # TF's hook assumes a million steps per session.run unless told otherwise, so
