@@ -5,12 +5,16 @@ At the repository root so that it applies to both test folders; tests/conftest.p
 
 import os
 
+import pytest
+
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 # The legacy Keras, as the toolkit's scripts choose it: tf.compat.v1.layers needs it.
 os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")
 
 from absl import flags  # noqa: E402
 
+from ps_toolkit.launch import task_plan  # noqa: E402
+from ps_toolkit.process import fork_client  # noqa: E402
 from ps_toolkit.task import port_guard  # noqa: E402
 
 # Standalone tasks guard their ports with packet-filter rules (ps_toolkit/task/port_guard.py) or
@@ -23,3 +27,19 @@ if port_guard.unavailable_reason():
 def pytest_configure(config):
     # absl-based code reads flags; under pytest nothing parses them.
     flags.FLAGS.mark_as_parsed()
+
+
+@pytest.fixture(scope="session", autouse=True)
+def host_fork_server(tmp_path_factory):
+    """One fork server for the whole session: every launch and cluster helper forks its tasks from
+    it (PS_TOOLKIT_FORK_SERVER) instead of importing TensorFlow again. Tests of a launch's own
+    server remove the variable."""
+    folder = tmp_path_factory.mktemp("fork_server")
+    os.chmod(folder, 0o700)
+    path = str(folder / "server.sock")
+    # Imported under the tasks' environment (what launch_local.py gives them), so that launches match it.
+    process = fork_client.start_host_server(path, task_plan.task_env())
+    os.environ[fork_client.HOST_SERVER_ENV] = path
+    yield path
+    os.environ.pop(fork_client.HOST_SERVER_ENV, None)
+    fork_client.stop_host_server(process)

@@ -37,3 +37,11 @@ def local_cluster(tmp_path):
     yield start
     for cluster in started:
         cluster.stop()
+
+
+@pytest.fixture
+def own_fork_server(monkeypatch):
+    """Launches in this test start a fork server of their own, not the session's host server."""
+    from ps_toolkit.process import fork_client
+
+    monkeypatch.delenv(fork_client.HOST_SERVER_ENV, raising=False)

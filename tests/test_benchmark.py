@@ -338,22 +338,43 @@ def test_main_job_alternates_the_start_methods_and_summarizes(monkeypatch):
     calls = []
     seconds = {"fork": iter([5.0, 7.0, 6.0]), "exec": iter([12.0, 10.0, 11.0])}
 
-    def run_once(method, timeout_s):
+    def run_once(method, timeout_s, host):
         calls.append(method)
         wall = next(seconds[method])
         return wall, wall / 2
 
     monkeypatch.setattr(main_job, "run_once", run_once)
-    summary = main_job.measure(3)
+    summary = main_job.measure(3, methods=("fork", "exec"))
     assert calls == ["fork", "exec"] * 3
     assert summary["fork"]["runs"] == [5.0, 7.0, 6.0] and summary["fork"]["median"] == 6.0
     assert summary["fork"]["cpu"] == {"median": 3.0, "min": 2.5, "max": 3.5, "runs": [2.5, 3.5, 3.0]}
     assert summary["exec"]["median"] == 11.0 and summary["fork_over_exec"] == 0.55
     assert summary["cpu_fork_over_exec"] == 0.55
     assert len(summary["load_average"]) == 2 and all(load >= 0 for load in summary["load_average"])
-    assert summary["pair_ratio_median"] == 0.55  # 5/12, 7/10, 6/11
+    assert summary["fork_pair_ratio_median"] == 0.55  # 5/12, 7/10, 6/11
     assert "; load average " in report.main_job_line(summary)
-    assert "(median of each repetition's own, 0.55x)" in report.main_job_line(summary)
+    assert "(median of each repetition's own: fork/exec 0.55x)" in report.main_job_line(summary)
+
+
+def test_main_job_starts_the_hosts_server_once_and_ends_it(monkeypatch):
+    from ps_toolkit.benchmarks import main_job
+
+    events = []
+    host = main_job.HostServer(process="host process", path="/x/server.sock")
+    monkeypatch.setattr(main_job, "_start_host_server", lambda path: events.append("start") or host)
+    monkeypatch.setattr(main_job.fork_client, "stop_host_server", lambda process: events.append(("stop", process)))
+
+    def run_once(method, timeout_s, given):
+        events.append(method)
+        assert given is host
+        return {"fork": 6.0, "exec": 12.0, "host": 3.0}[method], 1.0
+
+    monkeypatch.setattr(main_job, "run_once", run_once)
+    summary = main_job.measure(2)
+    assert events == ["start", "fork", "exec", "host", "fork", "exec", "host", ("stop", "host process")]
+    assert summary["host_over_exec"] == 0.25 and summary["fork_over_exec"] == 0.5
+    line = report.main_job_line(summary)
+    assert "host 3.0 s (3.0-3.0), fork/exec 0.50x, host/exec 0.25x" in line, line
 
 
 def test_main_job_refuses_a_bad_repetition_count_in_one_line(capsys):

@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 
@@ -163,21 +164,35 @@ def test_the_server_imports_tensorflow_without_keras_3_as_run_task_does(server, 
     assert keras.wait(timeout=BOUND_SECS) == 0
 
 
-def test_sigkill_of_the_launcher_ends_the_fork_server_and_its_tasks(tmp_path):
-    """A launcher killed by SIGKILL takes its fork server and every forked task with it (PR_SET_PDEATHSIG)."""
+def start_hanging_launch(tmp_path, env=None) -> tuple[subprocess.Popen, str]:
+    """A launch whose three fake tasks hang once started; returns it and its output up to their starts."""
     argv = [sys.executable, LAUNCHER, f"--log_dir={tmp_path / 'run'}", "--isolation=none", "--allow_open_ports", "--"]
     argv += [sys.executable, RUN_LEGACY, FAKE_TASK, f"--record_dir={tmp_path}", "--hang=worker:0,worker:1"]
-    launcher = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, cwd=ROOT)
+    launcher = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, cwd=ROOT, env=env)
+    output = ""
     try:
-        output = ""
         while output.count(" starting") < 3:
             line = launcher.stdout.readline().decode()
             assert line, output
             output += line
+    except BaseException:
+        launcher.kill()
+        launcher.communicate(timeout=BOUND_SECS)
+        raise
+    return launcher, output
+
+
+def servers_of(launcher: subprocess.Popen, tree: list) -> list:
+    """The launch's own fork servers among its descendants ``tree``."""
+    return [p for p in tree if p.ppid() == launcher.pid and "ps_toolkit.process.fork_server" in " ".join(p.cmdline())]
+
+
+def test_sigkill_of_the_launcher_ends_the_fork_server_and_its_tasks(own_fork_server, tmp_path):
+    """A launcher killed by SIGKILL takes its fork server and every forked task with it (PR_SET_PDEATHSIG)."""
+    launcher, output = start_hanging_launch(tmp_path)
+    try:
         tree = psutil.Process(launcher.pid).children(recursive=True)
-        servers = [
-            p for p in tree if p.ppid() == launcher.pid and "ps_toolkit.process.fork_server" in " ".join(p.cmdline())
-        ]
+        servers = servers_of(launcher, tree)
         tasks = [p for p in tree if p.ppid() in {s.pid for s in servers}]
         assert len(servers) == 1 and len(tasks) == 3, (tree, output)
     finally:
@@ -203,3 +218,116 @@ def test_local_cluster_forks_its_tasks_and_kills_and_restarts_them(tmp_path):
         assert cluster.pid("ps", 0) != first and cluster.returncode("ps", 0) is None
         assert psutil.Process(cluster.pid("ps", 0)).ppid() == parent.pid
     assert cluster.returncode("ps", 0) == -signal.SIGTERM and cluster.returncode("worker", 0) == -signal.SIGTERM
+
+
+# The host's server (fork_server --listen PATH): the session's own (conftest.py) serves these launches.
+
+
+def host_server_pid(path: str) -> int:
+    """The session's host server: this process's child listening at ``path`` (its tasks share its command line)."""
+    found = [p.pid for p in psutil.Process().children() if path in p.cmdline()]
+    assert len(found) == 1, found
+    return found[0]
+
+
+def test_a_launch_forks_from_the_host_server_and_its_sigkill_ends_only_its_tasks(tmp_path):
+    path = os.environ[fork_client.HOST_SERVER_ENV]
+    launcher, output = start_hanging_launch(tmp_path / "first")
+    try:
+        host = host_server_pid(path)
+        tasks = [p for p in psutil.Process(host).children() if p.ppid() == host]
+        records = list((tmp_path / "first").glob("*.json"))
+        assert {p.pid for p in tasks} >= {json.loads(r.read_text())["pid"] for r in records}, (tasks, records)
+        assert len(records) == 3 and "fork server" not in output, output
+    finally:
+        launcher.kill()
+        launcher.communicate(timeout=BOUND_SECS)
+    mine = [p for p in tasks if p.pid in {json.loads(r.read_text())["pid"] for r in records}]
+    _, alive = psutil.wait_procs(mine, timeout=10)
+    assert not [p for p in alive if p.status() != psutil.STATUS_ZOMBIE], alive
+    # The server serves the next launch.
+    done = subprocess.run(
+        [sys.executable, LAUNCHER, f"--log_dir={tmp_path / 'second'}", "--isolation=none", "--allow_open_ports", "--"]
+        + [sys.executable, RUN_LEGACY, FAKE_TASK, "--ps=exit0", "--steps=2", "--step_secs=0"],
+        capture_output=True,
+        text=True,
+        timeout=BOUND_SECS,
+        cwd=ROOT,
+    )
+    assert done.returncode == 0 and "fork server" not in done.stderr, done.stderr[-3000:]
+    assert host_server_pid(path) == host
+
+
+@pytest.mark.parametrize("case", ["another environment", "nothing listening"])
+def test_a_host_server_that_cannot_serve_is_one_line_and_the_launch_starts_its_own(case, tmp_path):
+    env = dict(os.environ)
+    if case == "another environment":
+        env["TF_CPP_MIN_LOG_LEVEL"] = "1"
+        expected = f"{env[fork_client.HOST_SERVER_ENV]} imported TensorFlow under another TF_CPP_MIN_LOG_LEVEL"
+    else:
+        env[fork_client.HOST_SERVER_ENV] = str(tmp_path / "nobody.sock")
+        expected = f"nothing listens at {tmp_path / 'nobody.sock'} (No such file or directory)"
+    launcher, output = start_hanging_launch(tmp_path, env=env)
+    try:
+        tree = psutil.Process(launcher.pid).children(recursive=True)
+        own = servers_of(launcher, tree)
+        assert len(own) == 1 and len([p for p in tree if p.ppid() == own[0].pid]) == 3, (tree, output)
+    finally:
+        launcher.kill()
+        launcher.communicate(timeout=BOUND_SECS)
+    notes = [line for line in output.splitlines() if line.startswith("fork server:")]
+    assert notes == [f"fork server: {fork_client.HOST_SERVER_ENV}: {expected}; this launch starts its own"], output
+    psutil.wait_procs(tree, timeout=10)
+
+
+def test_a_second_host_server_at_a_taken_path_refuses_in_one_line(tmp_path):
+    taken = os.environ[fork_client.HOST_SERVER_ENV]
+    (tmp_path / "file").write_text("")
+    for path, why in ((taken, f"a fork server already listens at {taken}"), (tmp_path / "file", "is not a socket")):
+        argv = [sys.executable, "-m", "ps_toolkit.process.fork_server", "--listen", str(path)]
+        done = subprocess.run(argv, capture_output=True, text=True, timeout=BOUND_SECS, cwd=ROOT)
+        assert done.returncode == 2 and done.stdout.startswith(f"fork_server: cannot listen at {path}: "), done
+        assert why in done.stdout and len(done.stdout.splitlines()) == 1 and not done.stderr, done
+
+
+def test_a_host_server_replaces_a_stale_socket_and_sigterm_ends_it_with_its_tasks(env, tmp_path):
+    path = str(tmp_path / "host.sock")
+    stale = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+    stale.bind(path)  # what a server killed by SIGKILL leaves
+    stale.close()
+    process = fork_client.start_host_server(path, env)
+    try:
+        client = ForkServer(env, address=path)
+        task = client.spawn([sys.executable, PROBE, "sleep"], env=env, stdout=subprocess.PIPE)
+        seen = json.loads(task.stdout.readline())
+        assert seen["ppid"] == process.pid == client.pid, seen
+    finally:
+        code = fork_client.stop_host_server(process)
+    assert code == 128 + signal.SIGTERM and not os.path.exists(path)
+    assert task.wait(timeout=BOUND_SECS) == -signal.SIGKILL
+    task.stdout.close()
+    client.close()
+
+
+@pytest.mark.parametrize(
+    "field, value, why",
+    [
+        ("executable", "/other/python3", "runs another Python (/other/python3)"),
+        ("package_parent", "/other/checkout", "runs the ps_toolkit of /other/checkout"),
+        ("import_key", [["TF_CPP_MIN_LOG_LEVEL", "0"]], "imported TensorFlow under another TF_CPP_MIN_LOG_LEVEL"),
+    ],
+)
+def test_a_host_server_that_would_not_run_tasks_as_exec_would_is_refused(field, value, why, tmp_path):
+    """Only a server with the launch's Python, toolkit and import-time variables forks its tasks."""
+    from ps_toolkit.base.paths import PACKAGE_PARENT
+    from ps_toolkit.process import fork_protocol
+
+    env = {"TF_CPP_MIN_LOG_LEVEL": "2", "PATH": "/bin"}
+    client = ForkServer(env, address=str(tmp_path / "server.sock"))
+    ready = {
+        "executable": os.path.realpath(sys.executable),
+        "package_parent": PACKAGE_PARENT,
+        "import_key": [list(item) for item in fork_protocol.import_key(env)],
+    }
+    assert client._mismatch(ready) is None
+    assert client._mismatch(dict(ready, **{field: value})) == f"{tmp_path / 'server.sock'} {why}"

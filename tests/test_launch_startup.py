@@ -41,7 +41,7 @@ def test_the_launcher_knows_before_parsing_its_flags_whether_it_forks_its_tasks(
     assert fork_client.launch_forks_tasks(["launch_local.py", *args]) is forks
 
 
-def test_the_server_started_early_is_the_one_the_tasks_are_forked_from(monkeypatch):
+def test_the_server_started_early_is_the_one_the_tasks_are_forked_from(own_fork_server, monkeypatch):
     started = []
 
     class Recorder:
@@ -65,7 +65,7 @@ def test_the_server_started_early_is_the_one_the_tasks_are_forked_from(monkeypat
     assert len(started) == 1
 
 
-def test_a_launch_that_fails_its_checks_ends_its_early_server_at_once(tmp_path):
+def test_a_launch_that_fails_its_checks_ends_its_early_server_at_once(own_fork_server, tmp_path):
     """The server is killed mid-import, not waited for: here its TensorFlow import never ends."""
     (tmp_path / "tensorflow").mkdir()
     (tmp_path / "tensorflow" / "__init__.py").write_text("import signal\n\nsignal.pause()\n")

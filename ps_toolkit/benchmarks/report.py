@@ -98,22 +98,25 @@ def _startup_over_single(records) -> str:
 def main_job_line(summary: dict) -> str:
     from ps_toolkit.benchmarks.main_job import METHODS
 
+    methods = [method for method in METHODS if method in summary]
+
     def cell(method, figures):
         return f"{method} {figures['median']:.1f} s ({figures['min']:.1f}-{figures['max']:.1f})"
 
-    walls = ", ".join(cell(method, summary[method]) for method in METHODS)
-    cpus = ", ".join(cell(method, summary[method]["cpu"]) for method in METHODS)
-    runs = len(summary[METHODS[0]]["runs"])
+    def ratios(prefix: str) -> str:
+        return ", ".join(f"{m}/exec {summary[f'{prefix}{m}_over_exec']:.2f}x" for m in methods if m != "exec")
+
+    walls = ", ".join(cell(method, summary[method]) for method in methods)
+    cpus = ", ".join(cell(method, summary[method]["cpu"]) for method in methods)
+    pairs = ", ".join(
+        f"{m}/exec {summary[f'{m}_pair_ratio_median']:.2f}x" for m in methods if f"{m}_pair_ratio_median" in summary
+    )
+    runs = len(summary[methods[0]]["runs"])
     load = summary.get("load_average")
     return (
-        f"Main job (`python scripts/launch_local.py`), {runs} runs each: wall time {walls}, "
-        f"fork/exec {summary['fork_over_exec']:.2f}x"
-        + (
-            f" (median of each repetition's own, {summary['pair_ratio_median']:.2f}x)"
-            if "pair_ratio_median" in summary
-            else ""
-        )
-        + f"; CPU time {cpus}, fork/exec {summary['cpu_fork_over_exec']:.2f}x"
+        f"Main job (`python scripts/launch_local.py`), {runs} runs each: wall time {walls}, {ratios('')}"
+        + (f" (median of each repetition's own: {pairs})" if pairs else "")
+        + f"; CPU time {cpus}, {ratios('cpu_')}"
         + (f"; load average {load[0]:.1f} before, {load[1]:.1f} after" if load else "")
     )
 

@@ -56,7 +56,8 @@ class LaunchOptions:
     port_attempts: int = 3
     env: Mapping[str, str] | None = None
     # fork: the toolkit's task scripts are forked from one process that imported TensorFlow
-    # (ps_toolkit.process.fork_server); exec: every task is a fresh process, as any other command is.
+    # (ps_toolkit.process.fork_server: the host's, named by PS_TOOLKIT_FORK_SERVER, or the
+    # launch's own); exec: every task is a fresh process, as any other command is.
     start_method: str = "fork"
 
     def __post_init__(self):

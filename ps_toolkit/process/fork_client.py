@@ -41,24 +41,19 @@ RUN_TASK_MODULE = "ps_toolkit.tools.run_task"
 RUN_LEGACY_MODULE = "ps_toolkit.tools.run_legacy"
 FORKABLE_MODULES = (RUN_TASK_MODULE, RUN_LEGACY_MODULE)
 START_METHODS = ("fork", "exec")
+# Names the host's fork server (``fork_server --listen PATH``): launches connect to it
+# instead of starting a server of their own.
+HOST_SERVER_ENV = "PS_TOOLKIT_FORK_SERVER"
 # Importing TensorFlow on a busy 2-core machine can take tens of seconds.
 READY_TIMEOUT_SECS = 120.0
 # A child's exit status follows its exit at once; this only bounds a stuck server.
 _STATUS_TIMEOUT_SECS = 10.0
 _CLOSE_TIMEOUT_SECS = 10.0
 _PUMP_SECS = 0.5
-# Variables read when TensorFlow or Python start: tasks whose values differ need their own server.
-_IMPORT_TIME_PREFIXES = ("PYTHON", "TF_", "CUDA_", "OMP_", "MKL_", "OPENBLAS_", "LD_")
-_PER_TASK = ("TF_CONFIG",)
 
 
 class ForkUnavailable(RuntimeError):
     """The fork server refused (TensorFlow's runtime had started in it) or could not start or answer."""
-
-
-def import_key(env: Mapping[str, str]) -> tuple:
-    """The part of an environment that the server's own imports depend on."""
-    return tuple(sorted((k, v) for k, v in env.items() if k.startswith(_IMPORT_TIME_PREFIXES) and k not in _PER_TASK))
 
 
 def forkable(argv: Sequence[str], env: Mapping[str, str]) -> bool:
@@ -102,8 +97,28 @@ def launch_forks_tasks(argv: Sequence[str]) -> bool:
 class ForkServer:
     """One fork server process, owned by the caller: ``close()`` (or the caller's death) ends it and its tasks."""
 
-    def __init__(self, env: Mapping[str, str], preload: Sequence[str] = ()):
-        self.env = {k: v for k, v in env.items() if k not in _PER_TASK}
+    def __init__(self, env: Mapping[str, str], preload: Sequence[str] = (), *, address: str | None = None):
+        """Starts a server of this process's own, or connects to the host's server listening at ``address``."""
+        self.env = {k: v for k, v in env.items() if k not in fork_protocol.PER_TASK}
+        self.address = address
+        self._process: subprocess.Popen | None = None
+        self._stderr = None
+        self._server_pid: int | None = None
+        self._lock = threading.Lock()
+        self._replies: dict[int, dict] = {}
+        self._statuses: dict[int, int] = {}
+        self._next_id = 0
+        self._ready: bool | None = None
+        self.refusal: str | None = None
+        if address is not None:
+            self._sock = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+            try:
+                self._sock.connect(address)
+            except OSError as err:
+                self._sock.close()
+                self._sock = None
+                self._ready, self.refusal = False, f"nothing listens at {address} ({err.strerror})"
+            return
         self._sock, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         # The server's own output is TensorFlow's import chatter, which each task's log
         # has under exec; kept aside, its last line explains a server that died.
@@ -119,20 +134,16 @@ class ForkServer:
             )
         finally:
             theirs.close()
-        self._lock = threading.Lock()
-        self._replies: dict[int, dict] = {}
-        self._statuses: dict[int, int] = {}
-        self._next_id = 0
-        self._ready: bool | None = None
-        self.refusal: str | None = None
 
     @property
     def pid(self) -> int:
-        return self._process.pid
+        """The server's process id (a host's server: known once it is ready)."""
+        return self._process.pid if self._process is not None else self._server_pid
 
     @property
     def alive(self) -> bool:
-        return self._sock is not None and self._process.poll() is None and self.refusal is None
+        running = self._process is None or self._process.poll() is None
+        return self._sock is not None and running and self.refusal is None
 
     def wait_ready(self, timeout_secs: float = READY_TIMEOUT_SECS) -> None:
         """Waits until the server has imported everything; ForkUnavailable when it refused or died."""
@@ -196,6 +207,8 @@ class ForkServer:
         if self._sock is not None:
             self._sock.close()
             self._sock = None
+        if self._process is None:
+            return  # a host's server: closing the connection ends this client's tasks there
         if self._next_id == 0:
             self._process.kill()
         try:
@@ -249,9 +262,25 @@ class ForkServer:
         elif "id" in message:
             self._replies[message["id"]] = message
         elif "ready" in message:
+            self._server_pid = message["ready"]
             self._ready = True
+            if self.address is not None:
+                self.refusal = self._mismatch(message)
+                self._ready = self.refusal is None
         elif "refused" in message:
             self._ready, self.refusal = False, message["refused"]
+
+    def _mismatch(self, ready: dict) -> str | None:
+        """Why a host's server cannot run these tasks as exec would: another Python, another copy of the
+        toolkit, or import-time variables whose values differ from the tasks'. None when it can."""
+        if ready.get("executable") != os.path.realpath(sys.executable):
+            return f"{self.address} runs another Python ({ready.get('executable')})"
+        if ready.get("package_parent") != PACKAGE_PARENT:
+            return f"{self.address} runs the ps_toolkit of {ready.get('package_parent')}"
+        ours = set(fork_protocol.import_key(self.env))
+        theirs = {tuple(item) for item in ready.get("import_key", ())}
+        differ = sorted({name for name, _ in theirs ^ ours})
+        return f"{self.address} imported TensorFlow under another {', '.join(differ)}" if differ else None
 
     def _lost(self) -> None:
         """The server has gone (its tasks died with it): it answers nothing more."""
@@ -259,9 +288,12 @@ class ForkServer:
             self._ready, self.refusal = False, f"the fork server ended before it was ready ({self._last_words()})"
         self._sock.close()
         self._sock = None
-        self._process.poll()
+        if self._process is not None:
+            self._process.poll()
 
     def _last_words(self) -> str:
+        if self._stderr is None:
+            return f"{self.address} closed the connection"
         self._stderr.seek(0)
         lines = self._stderr.read().decode(errors="replace").strip().splitlines()
         return lines[-1] if lines else "no output"
@@ -375,7 +407,7 @@ class TaskStarter:
 
     def start(self, argv: Sequence[str], *, env: Mapping[str, str], stdout, stderr, cwd: str | None = None, text=False):
         if self.method == "fork" and forkable(argv, env):
-            server = shared_server(env, self._preload)
+            server = shared_server(env, self._preload, self._note)
             if server is not None:
                 try:
                     return server.spawn(argv, env=env, stdout=stdout, stderr=stderr, cwd=cwd, text=text)
@@ -384,9 +416,7 @@ class TaskStarter:
         return lifecycle.spawn(argv, env=env, stdout=stdout, stderr=stderr, cwd=cwd, text=text)
 
     def _refused(self, err: ForkUnavailable) -> None:
-        if str(err) not in _NOTED:
-            _NOTED.add(str(err))
-            self._note(f"fork server: {err}; starting the toolkit's tasks with exec instead")
+        _note_once(self._note, f"fork server: {err}; starting the toolkit's tasks with exec instead")
 
 
 # This process's shared servers, one per import-time environment (see import_key),
@@ -396,17 +426,79 @@ _SHARED_LOCK = threading.Lock()
 _NOTED: set[str] = set()
 
 
-def shared_server(env: Mapping[str, str], preload: Sequence[str] = ()) -> ForkServer | None:
-    """This process's fork server for ``env`` (started on first use); a refused one is kept, to fail fast."""
-    key = (import_key(env), tuple(preload))
+def shared_server(
+    env: Mapping[str, str], preload: Sequence[str] = (), note: Callable[[str], None] | None = None
+) -> ForkServer | None:
+    """This process's fork server for ``env`` (made on first use); a refused one is kept, to fail fast.
+
+    It is the host's server named by ``env[PS_TOOLKIT_FORK_SERVER]`` when that one is
+    there and imported under the same environment; otherwise (said once, through
+    ``note``) a server of this process's own.
+    """
+    key = (fork_protocol.import_key(env), tuple(preload))
     with _SHARED_LOCK:
         server = _SHARED.get(key)
         if server is not None and server.refusal is None and not server.alive:
             server.close()
             server = None
         if server is None:
-            server = _SHARED[key] = ForkServer(env, preload)
+            server = _SHARED[key] = _new_server(env, preload, note)
     return server
+
+
+def _new_server(env: Mapping[str, str], preload: Sequence[str], note: Callable[[str], None] | None) -> ForkServer:
+    address = env.get(HOST_SERVER_ENV)
+    if address and not preload:
+        host = ForkServer(env, address=address)
+        try:
+            host.wait_ready()  # a host's server still importing is waited for, as a launch's own would be
+            return host
+        except ForkUnavailable as err:
+            host.close()
+            _note_once(note, f"fork server: {HOST_SERVER_ENV}: {err}; this launch starts its own")
+    return ForkServer(env, preload)
+
+
+def _note_once(note: Callable[[str], None] | None, line: str) -> None:
+    if line not in _NOTED:
+        _NOTED.add(line)
+        (note or (lambda text: print(text, file=sys.stderr)))(line)
+
+
+def start_host_server(path: str, env: Mapping[str, str], timeout_secs: float = 30.0) -> subprocess.Popen:
+    """Starts the host's fork server at ``path`` as a child of this process (it dies with this thread);
+    returns once it listens. ForkUnavailable (with its line) when it cannot.
+
+    Launches whose environment has ``PS_TOOLKIT_FORK_SERVER=path`` fork their tasks from it;
+    those that connect before its imports are done wait for them, as for a server of their
+    own. ``stop_host_server`` ends it. From a shell: ``python -m ps_toolkit.process.fork_server --listen PATH``.
+    """
+    process = lifecycle.spawn(
+        [sys.executable, "-m", "ps_toolkit.process.fork_server", "--listen", path],
+        env={k: v for k, v in env.items() if k not in fork_protocol.PER_TASK},
+        stdout=subprocess.PIPE,  # kept open until stop_host_server: its later lines must not fail
+        stderr=subprocess.DEVNULL,
+        cwd=PACKAGE_PARENT,
+    )
+    ready, _, _ = select.select([process.stdout], [], [], timeout_secs)
+    line = process.stdout.readline().decode(errors="replace").strip() if ready else ""
+    if not line.startswith("fork_server: listening at "):
+        stop_host_server(process)
+        raise ForkUnavailable(line or f"the host's fork server did not listen within {timeout_secs:g} s")
+    return process
+
+
+def stop_host_server(process: subprocess.Popen) -> int | None:
+    """SIGTERM (its tasks are SIGKILLed, its socket removed), bounded; then SIGKILL."""
+    process.terminate()
+    try:
+        code = process.wait(timeout=_CLOSE_TIMEOUT_SECS)
+    except subprocess.TimeoutExpired:
+        lifecycle.stop_trees([process], 0.0)
+        code = process.poll()
+    if process.stdout is not None:
+        process.stdout.close()
+    return code
 
 
 def close_shared() -> None:

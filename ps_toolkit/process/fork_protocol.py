@@ -2,7 +2,9 @@
 
 Client to server: ``{"id": N, "argv": [...], "env": {...}, "cwd": "..."}`` with the
 child's stdout, stderr and namespace descriptors attached (``FD_ORDER``).
-Server to client: ``{"ready": PID}`` or ``{"refused": WHY}`` once, after its imports;
+Server to client: ``{"ready": PID, "import_key": [[NAME, VALUE], ...], "executable": PATH,
+"package_parent": PATH}`` (the environment its imports ran under, ``import_key``; its
+Python; the folder its ps_toolkit comes from) or ``{"refused": WHY}`` once, after its imports;
 ``{"id": N, "pid": PID}`` or ``{"id": N, "refused": WHY}`` for each request;
 ``{"exit": PID, "status": WAIT_STATUS}`` when a child ends.
 """
@@ -10,6 +12,7 @@ Server to client: ``{"ready": PID}`` or ``{"refused": WHY}`` once, after its imp
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 
 # A request carries a whole environment; 1 MiB is far above any real one.
 MAX_MESSAGE = 1 << 20
@@ -24,3 +27,14 @@ def encode(message: dict) -> bytes:
 
 def decode(data: bytes) -> dict:
     return json.loads(data.decode())
+
+
+# Variables read when TensorFlow or Python start: tasks whose values differ need their own server.
+_IMPORT_TIME_PREFIXES = ("PYTHON", "TF_", "CUDA_", "OMP_", "MKL_", "OPENBLAS_", "LD_")
+# Read by each task at run time, not at import.
+PER_TASK = ("TF_CONFIG",)
+
+
+def import_key(env: Mapping[str, str]) -> tuple:
+    """The part of an environment that a server's imports depend on."""
+    return tuple(sorted((k, v) for k, v in env.items() if k.startswith(_IMPORT_TIME_PREFIXES) and k not in PER_TASK))

@@ -1,6 +1,7 @@
 """The fork server: one process that imports TensorFlow once, then forks each task from that state.
 
-    python -m ps_toolkit.process.fork_server FD [MODULE ...]     # started by fork_client, never by hand
+    python -m ps_toolkit.process.fork_server FD [MODULE ...]     # a launch's own server (fork_client starts it)
+    python -m ps_toolkit.process.fork_server --listen PATH      # the host's server, shared by every launch
 
 Importing TensorFlow costs seconds of CPU; a cluster of N local tasks started
 fresh pays it N times. This process pays it once: it imports TensorFlow, the
@@ -16,22 +17,35 @@ the imports and before every fork; when it fails, the server answers
 ``refused`` with the reason and the client starts its tasks with exec.
 
 Messages are JSON objects, one per SOCK_SEQPACKET datagram (fork_protocol).
-The server ends when its client closes the socket, SIGKILLing any child still
-running; it dies with the process that started it (PR_SET_PDEATHSIG), and its
-children die with it.
+A launch's own server ends when its client closes the socket, SIGKILLing any
+child still running; it dies with the process that started it
+(PR_SET_PDEATHSIG), and its children die with it.
+
+The host's server (``--listen PATH``) pays the import once for every launch
+on the host: each launch whose environment names it (``PS_TOOLKIT_FORK_SERVER``,
+fork_client) connects to it instead of starting its own. It serves each client
+as a launch's own server would: when a client goes, however it goes, its
+tasks are SIGKILLed. Only processes of this server's user may connect. It
+prints a line once it listens (or why it cannot: exit 2), one once its
+imports are done (clients that connect before wait for them), and serves
+until SIGTERM or SIGINT, which end its tasks and remove PATH.
 """
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import os
 import selectors
 import signal
 import socket
+import stat
+import struct
 import sys
 import warnings
 
 from ps_toolkit.base import tf_import, tf_internals
+from ps_toolkit.base.paths import PACKAGE_PARENT
 from ps_toolkit.process import fork_child, fork_protocol
 
 # Threads that TensorFlow 2.21's ``import tensorflow`` starts (after numpy's
@@ -71,45 +85,115 @@ def runtime_started(allowed_threads: int) -> str | None:
     return None
 
 
-class _Server:
-    def __init__(self, sock: socket.socket):
-        self._sock = sock
-        self._selector = selectors.DefaultSelector()
-        self._selector.register(sock, selectors.EVENT_READ, None)
-        self._children: dict[int, int] = {}  # pid -> pidfd
-        self._allowed_threads = 0
+class _Connection:
+    """One client: its socket and the children it asked for (pid -> pidfd)."""
 
-    def serve(self, modules: list[str]) -> None:
+    def __init__(self, sock: socket.socket):
+        self.sock = sock
+        self.children: set[int] = set()
+
+    def send(self, message: dict) -> None:
+        try:
+            self.sock.send(fork_protocol.encode(message))
+        except (BrokenPipeError, ConnectionResetError, TimeoutError):
+            pass  # the client has gone (or stopped reading); its end is seen at the next select
+
+
+class _Server:
+    """Forks tasks for its clients: one (a socket pair, ``serve_one``) or any number (``serve_listening``)."""
+
+    def __init__(self):
+        self._selector = selectors.DefaultSelector()
+        self._children: dict[int, tuple[int, _Connection | None]] = {}  # pid -> (pidfd, its client)
+        self._connections: list[_Connection] = []
+        self._listener: socket.socket | None = None
+        self._allowed_threads = 0
+        # What a client compares with its tasks' environment: this process's own, before the imports change it.
+        self._imported_under = [list(item) for item in fork_protocol.import_key(os.environ)]
+
+    def prepare(self, modules: list[str]) -> str | None:
+        """Imports everything a task needs; why forking is unsafe afterwards, or None."""
         # As scripts/run_task.py and run_legacy.py do before their import (fork_client.forkable
         # keeps a legacy script whose environment says otherwise on exec).
         tf_import.prefer_lean_import()
         import numpy  # noqa: F401 - its thread pool is counted before TensorFlow's
 
         self._allowed_threads = thread_count() + TF_IMPORT_THREADS
-        try:
-            for name in (*PRELOAD, *modules):
+        for name in (*PRELOAD, *modules):
+            try:
                 importlib.import_module(name)
-        except Exception as err:  # any import failure: the client falls back to exec, which reports it
-            self._send({"refused": f"the fork server cannot import {name}: {err}"})
-            return
+            except Exception as err:  # any import failure: clients fall back to exec, which reports it
+                return f"the fork server cannot import {name}: {err}"
         refusal = runtime_started(self._allowed_threads)
         if refusal:
-            self._send({"refused": f"TensorFlow's runtime has already started in the fork server: {refusal}"})
-            return
-        self._send({"ready": os.getpid()})
-        while True:
-            for key, _ in self._selector.select():
-                if key.data is None:
-                    if not self._on_request():
-                        return
-                else:
-                    self._on_exit(key.data)
+            return f"TensorFlow's runtime has already started in the fork server: {refusal}"
+        return None
 
-    def _on_request(self) -> bool:
+    def serve_one(self, sock: socket.socket) -> None:
+        """Serves the client at the other end of ``sock`` until it closes it."""
+        connection = self._add(sock)
+        while connection in self._connections:
+            self._serve_events()
+
+    def serve_listening(self, listener: socket.socket) -> None:
+        """Accepts clients on ``listener`` and serves each until it goes; never returns (signals end it)."""
+        self._listener = listener
+        self._selector.register(listener, selectors.EVENT_READ, "accept")
+        while True:
+            self._serve_events()
+
+    def _serve_events(self) -> None:
+        for key, _ in self._selector.select():
+            if key.data == "accept":
+                self._accept()
+            elif isinstance(key.data, _Connection):
+                if not self._on_request(key.data):
+                    self._drop(key.data)
+            else:
+                self._on_exit(key.data)
+
+    def _add(self, sock: socket.socket) -> _Connection:
+        sock.settimeout(_SEND_TIMEOUT_SECS)
+        connection = _Connection(sock)
+        self._connections.append(connection)
+        self._selector.register(sock, selectors.EVENT_READ, connection)
+        connection.send(
+            {
+                "ready": os.getpid(),
+                "import_key": self._imported_under,
+                "executable": os.path.realpath(sys.executable),
+                "package_parent": PACKAGE_PARENT,
+            }
+        )
+        return connection
+
+    def _accept(self) -> None:
+        try:
+            sock, _ = self._listener.accept()
+        except OSError:
+            return
+        # Only this user's processes may ask for a task (the socket's folder is private too).
+        uid = struct.unpack("3i", sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i")))[1]
+        if uid != os.getuid():
+            sock.close()
+            return
+        self._add(sock)
+
+    def _drop(self, connection: _Connection) -> None:
+        """The client has gone: its tasks go with it, as they would with a server of their own."""
+        self._selector.unregister(connection.sock)
+        self._connections.remove(connection)
+        connection.sock.close()
+        for pid in connection.children:
+            _kill_group(pid)
+            pidfd, _ = self._children[pid]
+            self._children[pid] = (pidfd, None)  # reaped when its exit is seen
+
+    def _on_request(self, connection: _Connection) -> bool:
         """Handles one request; False once the client has gone."""
         try:
-            data, fds, _, _ = socket.recv_fds(self._sock, fork_protocol.MAX_MESSAGE, fork_protocol.MAX_FDS)
-        except ConnectionResetError:
+            data, fds, _, _ = socket.recv_fds(connection.sock, fork_protocol.MAX_MESSAGE, fork_protocol.MAX_FDS)
+        except (ConnectionResetError, TimeoutError):
             return False
         if not data:
             for fd in fds:
@@ -119,19 +203,20 @@ class _Server:
         try:
             refusal = runtime_started(self._allowed_threads)
             if refusal:
-                self._send({"id": request["id"], "refused": f"TensorFlow's runtime has started: {refusal}"})
+                connection.send({"id": request["id"], "refused": f"TensorFlow's runtime has started: {refusal}"})
                 return True
             pid = self._fork(request, fds)
         except OSError as err:
-            self._send({"id": request["id"], "refused": f"fork() failed: {err.strerror}"})
+            connection.send({"id": request["id"], "refused": f"fork() failed: {err.strerror}"})
             return True
         finally:
             for fd in fds:
                 os.close(fd)
         pidfd = os.pidfd_open(pid)
-        self._children[pid] = pidfd
+        self._children[pid] = (pidfd, connection)
+        connection.children.add(pid)
         self._selector.register(pidfd, selectors.EVENT_READ, pid)
-        self._send({"id": request["id"], "pid": pid})
+        connection.send({"id": request["id"], "pid": pid})
         return True
 
     def _fork(self, request: dict, fds: list[int]) -> int:
@@ -144,48 +229,130 @@ class _Server:
             warnings.simplefilter("ignore", DeprecationWarning)
             pid = os.fork()
         if pid == 0:
-            own = [self._sock.fileno(), *self._children.values()]
+            own = [c.sock.fileno() for c in self._connections] + [fd for fd, _ in self._children.values()]
+            if self._listener is not None:
+                own.append(self._listener.fileno())
+            _restore_signals()
             fork_child.run(request, fds, server_pid=server_pid, close_fds=own)  # never returns
         return pid
 
     def _on_exit(self, pid: int) -> None:
         _, status = os.waitpid(pid, 0)
-        pidfd = self._children.pop(pid)
+        pidfd, connection = self._children.pop(pid)
         self._selector.unregister(pidfd)
         os.close(pidfd)
-        self._send({"exit": pid, "status": status})
-
-    def _send(self, message: dict) -> None:
-        try:
-            self._sock.send(fork_protocol.encode(message))
-        except (BrokenPipeError, ConnectionResetError):
-            pass  # the client has gone; serve() ends at the next select
+        if connection is not None:
+            connection.children.discard(pid)
+            connection.send({"exit": pid, "status": status})
 
     def stop_children(self) -> None:
         """SIGKILLs every child still running (its client has gone) and reaps it."""
-        for pid, pidfd in self._children.items():
-            try:
-                os.killpg(pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
+        for pid, (pidfd, _) in self._children.items():
+            _kill_group(pid)
             os.waitpid(pid, 0)  # SIGKILL cannot be refused
             os.close(pidfd)
         self._children.clear()
 
 
-def main(argv: list[str]) -> int:
-    if len(argv) < 2 or not argv[1].isdigit():
-        sys.stderr.write("fork_server: usage: python -m ps_toolkit.process.fork_server FD [MODULE ...]\n")
-        return 2
-    sock = socket.socket(fileno=int(argv[1]))
-    sock.settimeout(_SEND_TIMEOUT_SECS)
-    server = _Server(sock)
+def _kill_group(pid: int) -> None:
     try:
-        server.serve(argv[2:])
+        os.killpg(pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+
+
+# The dispositions a task starts with, as under exec: the listening server's own
+# handlers (SIGTERM, SIGINT end the server) are not the task's.
+_TASK_SIGNALS = {signal.SIGTERM: signal.SIG_DFL, signal.SIGINT: signal.default_int_handler}
+
+
+def _restore_signals() -> None:
+    for signum, handler in _TASK_SIGNALS.items():
+        signal.signal(signum, handler)
+
+
+def _end_on_signal(signum, _frame) -> None:
+    raise SystemExit(128 + signum)
+
+
+def listen(path: str) -> socket.socket:
+    """A listening socket at ``path`` that only this user can reach; ValueError when another server holds it."""
+    if os.path.lexists(path):
+        if not stat.S_ISSOCK(os.lstat(path).st_mode):
+            raise ValueError(f"{path} exists and is not a socket")
+        probe = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        try:
+            probe.connect(path)
+        except (ConnectionRefusedError, FileNotFoundError):
+            os.unlink(path)  # left by a server that died
+        else:
+            raise ValueError(f"a fork server already listens at {path}")
+        finally:
+            probe.close()
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+    old_umask = os.umask(0o077)
+    try:
+        listener.bind(path)
+    finally:
+        os.umask(old_umask)
+    listener.listen(64)
+    return listener
+
+
+def _serve_socket_pair(fd: int, modules: list[str]) -> int:
+    sock = socket.socket(fileno=fd)
+    server = _Server()
+    try:
+        refusal = server.prepare(modules)
+        if refusal:
+            sock.settimeout(_SEND_TIMEOUT_SECS)
+            _Connection(sock).send({"refused": refusal})
+            return 0
+        server.serve_one(sock)
     finally:
         server.stop_children()
         sock.close()
     return 0
+
+
+def _serve_at(path: str, modules: list[str]) -> int:
+    """The host's server: a line on stdout once it listens (or why it cannot), one once it can fork, then
+    serves until a signal."""
+    server = _Server()
+    for signum in _TASK_SIGNALS:
+        signal.signal(signum, _end_on_signal)
+    try:
+        listener = listen(path)
+    except (OSError, ValueError) as err:
+        print(f"fork_server: cannot listen at {path}: {err}", flush=True)
+        return 2
+    # Clients may connect from now on: they wait in the backlog until the imports are done.
+    print(f"fork_server: listening at {path} (pid {os.getpid()}); importing TensorFlow", flush=True)
+    try:
+        refusal = server.prepare(modules)
+        if refusal:
+            print(f"fork_server: {refusal}", flush=True)
+            return 1
+        print("fork_server: ready", flush=True)
+        server.serve_listening(listener)
+    finally:
+        listener.close()
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(path)
+        server.stop_children()
+    return 0
+
+
+def main(argv: list[str]) -> int:
+    if len(argv) >= 3 and argv[1] == "--listen":
+        return _serve_at(argv[2], argv[3:])
+    if len(argv) >= 2 and argv[1].isdigit():
+        return _serve_socket_pair(int(argv[1]), argv[2:])
+    sys.stderr.write(
+        "fork_server: usage: python -m ps_toolkit.process.fork_server --listen PATH [MODULE ...]\n"
+        "       (or FD [MODULE ...], as fork_client starts it)\n"
+    )
+    return 2
 
 
 if __name__ == "__main__":

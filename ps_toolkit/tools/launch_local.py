@@ -66,8 +66,9 @@ _START_METHOD = flags.DEFINE_enum(
     "start_method",
     "fork",
     ("fork", "exec"),
-    "fork: one process imports TensorFlow once and forks the toolkit's tasks (run_task.py, run_legacy.py); "
-    "exec: every task is a fresh process. Other commands after -- are always exec'd.",
+    "fork: one process imports TensorFlow once and forks the toolkit's tasks (run_task.py, run_legacy.py): "
+    "the host's fork server named by $PS_TOOLKIT_FORK_SERVER when it can serve them, else one this launch "
+    "starts; exec: every task is a fresh process. Other commands after -- are always exec'd.",
 )
 _ISOLATION = flags.DEFINE_enum(
     "isolation",
