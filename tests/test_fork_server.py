@@ -331,3 +331,52 @@ def test_a_host_server_that_would_not_run_tasks_as_exec_would_is_refused(field, 
     }
     assert client._mismatch(ready) is None
     assert client._mismatch(dict(ready, **{field: value})) == f"{tmp_path / 'server.sock'} {why}"
+    # A forked task makes its own streams: the server's PYTHONUNBUFFERED does not reach it.
+    assert fork_protocol.import_key({"PYTHONUNBUFFERED": "1", "PYTHONHASHSEED": "0"}) == (("PYTHONHASHSEED", "0"),)
+
+
+def test_a_bad_or_stalled_client_of_the_host_server_costs_only_itself(env, tmp_path):
+    """A request that is not one drops its client only; a client that never reads stalls nobody else."""
+    from ps_toolkit.process import fork_protocol
+
+    path = str(tmp_path / "host.sock")
+    process = fork_client.start_host_server(path, env)
+    clients = []
+    try:
+        bad = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        clients.append(bad)
+        bad.connect(path)
+        bad.settimeout(BOUND_SECS)
+        assert "ready" in fork_protocol.decode(bad.recv(fork_protocol.MAX_MESSAGE))
+        bad.send(b'{"argv": []}')
+        assert bad.recv(fork_protocol.MAX_MESSAGE) == b""  # dropped
+
+        stalled = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        clients.append(stalled)
+        stalled.connect(path)
+        fds = [os.open(os.devnull, os.O_WRONLY), os.open(os.devnull, os.O_WRONLY)]
+        fds += [os.open(f"/proc/thread-self/ns/{kind}", os.O_RDONLY) for kind in ("user", "net")]
+        request = {"argv": [sys.executable, PROBE, "exit:0"], "env": env, "cwd": str(tmp_path)}
+        for number in range(30):  # a reply and an exit each: far more than the socket holds unread
+            socket.send_fds(stalled, [fork_protocol.encode({"id": number, **request})], fds)
+        for fd in fds:
+            os.close(fd)
+
+        client = ForkServer(env, address=path)
+        task = client.spawn([sys.executable, PROBE, "exit:4"], env=env, stdout=subprocess.PIPE)
+        seen = json.loads(task.stdout.readline())
+        task.stdout.close()
+        assert task.wait(timeout=BOUND_SECS) == 4
+        assert seen["fds"] == [], seen  # nothing of the server's: its sockets, selector, listener
+        assert process.poll() is None
+        client.close()
+    finally:
+        for sock in clients:
+            sock.close()
+        fork_client.stop_host_server(process)
+
+
+def test_a_host_server_needs_a_path(tmp_path):
+    argv = [sys.executable, "-m", "ps_toolkit.process.fork_server", "--listen", ""]
+    done = subprocess.run(argv, capture_output=True, text=True, timeout=BOUND_SECS, cwd=ROOT)
+    assert done.returncode == 2 and done.stderr.startswith("fork_server: usage:"), done

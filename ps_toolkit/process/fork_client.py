@@ -254,7 +254,14 @@ class ForkServer:
                 if not data:
                     self._lost()
                     return
-                self._store(fork_protocol.decode(data))
+                try:
+                    self._store(fork_protocol.decode(data))
+                except (ValueError, KeyError, TypeError):
+                    why = f"{self.address or 'the fork server'} does not speak the fork server's protocol"
+                    if self._ready is None:
+                        self._ready, self.refusal = False, why
+                    self._lost()
+                    raise ForkUnavailable(why) from None
 
     def _store(self, message: dict) -> None:
         if "exit" in message:

@@ -33,6 +33,7 @@ until SIGTERM or SIGINT, which end its tasks and remove PATH.
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import importlib
 import os
@@ -66,7 +67,7 @@ PRELOAD = (
     "ps_toolkit.training.export",
     "ps_toolkit_compat.legacy_tf",
 )
-# How long a child's exit status waits in the socket buffer for the client.
+# How long the one refusal of a server that cannot fork waits for its client to read it.
 _SEND_TIMEOUT_SECS = 10.0
 
 
@@ -86,17 +87,39 @@ def runtime_started(allowed_threads: int) -> str | None:
 
 
 class _Connection:
-    """One client: its socket and the children it asked for (pid -> pidfd)."""
+    """One client: its socket, the children it asked for, and what it has not read yet.
+
+    Sends never block: one client that stops reading must not stall the others. What
+    its socket cannot take now waits in ``pending`` (sent when it is writable again);
+    past ``MAX_PENDING`` messages the client is dropped, and its tasks with it.
+    """
+
+    MAX_PENDING = 10_000
 
     def __init__(self, sock: socket.socket):
+        sock.setblocking(False)
         self.sock = sock
         self.children: set[int] = set()
+        self.pending: collections.deque[bytes] = collections.deque()
+        self.gone = False
 
     def send(self, message: dict) -> None:
-        try:
-            self.sock.send(fork_protocol.encode(message))
-        except (BrokenPipeError, ConnectionResetError, TimeoutError):
-            pass  # the client has gone (or stopped reading); its end is seen at the next select
+        self.pending.append(fork_protocol.encode(message))
+        self.flush()
+
+    def flush(self) -> None:
+        """Sends what the socket takes now; marks the client gone if it has left or fallen too far behind."""
+        while self.pending and not self.gone:
+            try:
+                self.sock.send(self.pending[0])
+            except BlockingIOError:
+                break
+            except OSError:  # the client has gone
+                self.gone = True
+                return
+            self.pending.popleft()
+        if len(self.pending) > self.MAX_PENDING:
+            self.gone = True
 
 
 class _Server:
@@ -143,17 +166,29 @@ class _Server:
             self._serve_events()
 
     def _serve_events(self) -> None:
-        for key, _ in self._selector.select():
+        for key, events in self._selector.select():
             if key.data == "accept":
                 self._accept()
             elif isinstance(key.data, _Connection):
-                if not self._on_request(key.data):
-                    self._drop(key.data)
+                connection = key.data
+                if events & selectors.EVENT_WRITE:
+                    connection.flush()
+                if events & selectors.EVENT_READ and not connection.gone:
+                    self._handle_request(connection)
             else:
                 self._on_exit(key.data)
+        for connection in list(self._connections):
+            self._settle(connection)
+
+    def _settle(self, connection: _Connection) -> None:
+        """Drops a client that has gone; asks to be told when a slow one can take more."""
+        if connection.gone:
+            self._drop(connection)
+            return
+        events = selectors.EVENT_READ | (selectors.EVENT_WRITE if connection.pending else 0)
+        self._selector.modify(connection.sock, events, connection)
 
     def _add(self, sock: socket.socket) -> _Connection:
-        sock.settimeout(_SEND_TIMEOUT_SECS)
         connection = _Connection(sock)
         self._connections.append(connection)
         self._selector.register(sock, selectors.EVENT_READ, connection)
@@ -181,6 +216,7 @@ class _Server:
 
     def _drop(self, connection: _Connection) -> None:
         """The client has gone: its tasks go with it, as they would with a server of their own."""
+        connection.gone = True
         self._selector.unregister(connection.sock)
         self._connections.remove(connection)
         connection.sock.close()
@@ -189,51 +225,65 @@ class _Server:
             pidfd, _ = self._children[pid]
             self._children[pid] = (pidfd, None)  # reaped when its exit is seen
 
-    def _on_request(self, connection: _Connection) -> bool:
-        """Handles one request; False once the client has gone."""
+    def _handle_request(self, connection: _Connection) -> None:
+        """Reads and answers one request; a client that has gone or sent something that is not a request is
+        dropped (only its own tasks go with it)."""
         try:
             data, fds, _, _ = socket.recv_fds(connection.sock, fork_protocol.MAX_MESSAGE, fork_protocol.MAX_FDS)
-        except (ConnectionResetError, TimeoutError):
-            return False
-        if not data:
-            for fd in fds:
-                os.close(fd)
-            return False
-        request = fork_protocol.decode(data)
+        except BlockingIOError:
+            return
+        except OSError:
+            connection.gone = True
+            return
         try:
-            refusal = runtime_started(self._allowed_threads)
-            if refusal:
-                connection.send({"id": request["id"], "refused": f"TensorFlow's runtime has started: {refusal}"})
-                return True
-            pid = self._fork(request, fds)
-        except OSError as err:
-            connection.send({"id": request["id"], "refused": f"fork() failed: {err.strerror}"})
-            return True
+            request = fork_protocol.decode_request(data, len(fds)) if data else None
+            if request is None:
+                connection.gone = True
+                return
+            self._answer(connection, request, fds)
         finally:
             for fd in fds:
                 os.close(fd)
+
+    def _answer(self, connection: _Connection, request: dict, fds: list[int]) -> None:
+        refusal = runtime_started(self._allowed_threads)
+        if refusal:
+            connection.send({"id": request["id"], "refused": f"TensorFlow's runtime has started: {refusal}"})
+            return
+        try:
+            pid = self._fork(request, fds)
+        except OSError as err:
+            connection.send({"id": request["id"], "refused": f"fork() failed: {err.strerror}"})
+            return
         pidfd = os.pidfd_open(pid)
         self._children[pid] = (pidfd, connection)
         connection.children.add(pid)
         self._selector.register(pidfd, selectors.EVENT_READ, pid)
         connection.send({"id": request["id"], "pid": pid})
-        return True
 
     def _fork(self, request: dict, fds: list[int]) -> int:
         sys.stdout.flush()
         sys.stderr.flush()
         server_pid = os.getpid()
-        # Python warns about fork() in a process with threads; the guard above
-        # has checked that the ones here are the expected, fork-safe ones.
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore", DeprecationWarning)
-            pid = os.fork()
-        if pid == 0:
-            own = [c.sock.fileno() for c in self._connections] + [fd for fd, _ in self._children.values()]
-            if self._listener is not None:
-                own.append(self._listener.fileno())
-            _restore_signals()
-            fork_child.run(request, fds, server_pid=server_pid, close_fds=own)  # never returns
+        # Held until the child has the task's own dispositions: a signal meant for
+        # the server must not run the server's handler in the child.
+        signal.pthread_sigmask(signal.SIG_BLOCK, _TASK_SIGNALS)
+        try:
+            # Python warns about fork() in a process with threads; the guard above
+            # has checked that the ones here are the expected, fork-safe ones.
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore", DeprecationWarning)
+                pid = os.fork()
+            if pid == 0:
+                own = [c.sock.fileno() for c in self._connections] + [fd for fd, _ in self._children.values()]
+                if self._listener is not None:
+                    own.append(self._listener.fileno())
+                own.append(self._selector.fileno())
+                _restore_signals()
+                signal.pthread_sigmask(signal.SIG_UNBLOCK, _TASK_SIGNALS)
+                fork_child.run(request, fds, server_pid=server_pid, close_fds=own)  # never returns
+        finally:
+            signal.pthread_sigmask(signal.SIG_UNBLOCK, _TASK_SIGNALS)
         return pid
 
     def _on_exit(self, pid: int) -> None:
@@ -261,9 +311,19 @@ def _kill_group(pid: int) -> None:
         pass
 
 
-# The dispositions a task starts with, as under exec: the listening server's own
-# handlers (SIGTERM, SIGINT end the server) are not the task's.
-_TASK_SIGNALS = {signal.SIGTERM: signal.SIG_DFL, signal.SIGINT: signal.default_int_handler}
+# The dispositions a task starts with, as a fresh Python's: the listening server's
+# own handlers (SIGTERM and SIGINT end it) and whatever its starter left ignored
+# (a shell's ``&`` ignores SIGINT and SIGQUIT) are not the task's.
+_TASK_SIGNALS = {
+    signal.SIGTERM: signal.SIG_DFL,
+    signal.SIGINT: signal.default_int_handler,
+    signal.SIGQUIT: signal.SIG_DFL,
+    signal.SIGHUP: signal.SIG_DFL,
+    signal.SIGUSR1: signal.SIG_DFL,
+    signal.SIGUSR2: signal.SIG_DFL,
+}
+# What ends the listening server.
+_SERVER_END_SIGNALS = (signal.SIGTERM, signal.SIGINT)
 
 
 def _restore_signals() -> None:
@@ -306,7 +366,8 @@ def _serve_socket_pair(fd: int, modules: list[str]) -> int:
         refusal = server.prepare(modules)
         if refusal:
             sock.settimeout(_SEND_TIMEOUT_SECS)
-            _Connection(sock).send({"refused": refusal})
+            with contextlib.suppress(OSError):
+                sock.send(fork_protocol.encode({"refused": refusal}))
             return 0
         server.serve_one(sock)
     finally:
@@ -318,22 +379,24 @@ def _serve_socket_pair(fd: int, modules: list[str]) -> int:
 def _serve_at(path: str, modules: list[str]) -> int:
     """The host's server: a line on stdout once it listens (or why it cannot), one once it can fork, then
     serves until a signal."""
+    # What the starter left open (a shell's descriptors) is not the tasks': 0-2 only.
+    os.closerange(3, os.sysconf("SC_OPEN_MAX"))
     server = _Server()
-    for signum in _TASK_SIGNALS:
+    for signum in _SERVER_END_SIGNALS:
         signal.signal(signum, _end_on_signal)
     try:
         listener = listen(path)
     except (OSError, ValueError) as err:
-        print(f"fork_server: cannot listen at {path}: {err}", flush=True)
+        _say(f"fork_server: cannot listen at {path}: {err}")
         return 2
     # Clients may connect from now on: they wait in the backlog until the imports are done.
-    print(f"fork_server: listening at {path} (pid {os.getpid()}); importing TensorFlow", flush=True)
+    _say(f"fork_server: listening at {path} (pid {os.getpid()}); importing TensorFlow")
     try:
         refusal = server.prepare(modules)
         if refusal:
-            print(f"fork_server: {refusal}", flush=True)
+            _say(f"fork_server: {refusal}")
             return 1
-        print("fork_server: ready", flush=True)
+        _say("fork_server: ready")
         server.serve_listening(listener)
     finally:
         listener.close()
@@ -343,8 +406,14 @@ def _serve_at(path: str, modules: list[str]) -> int:
     return 0
 
 
+def _say(line: str) -> None:
+    """One status line on stdout; a reader that has gone (``| head -1``) does not end the server."""
+    with contextlib.suppress(OSError):
+        print(line, flush=True)
+
+
 def main(argv: list[str]) -> int:
-    if len(argv) >= 3 and argv[1] == "--listen":
+    if len(argv) >= 3 and argv[1] == "--listen" and argv[2] and not argv[2].startswith("\0"):
         return _serve_at(argv[2], argv[3:])
     if len(argv) >= 2 and argv[1].isdigit():
         return _serve_socket_pair(int(argv[1]), argv[2:])
