@@ -290,14 +290,16 @@ def test_a_second_host_server_at_a_taken_path_refuses_in_one_line(tmp_path):
         assert why in done.stdout and len(done.stdout.splitlines()) == 1 and not done.stderr, done
 
 
-def test_a_host_server_replaces_a_stale_socket_and_sigterm_ends_it_with_its_tasks(env, tmp_path):
+def test_a_host_server_replaces_a_stale_socket_and_sigterm_ends_it_with_its_tasks(env, tmp_path, monkeypatch):
     path = str(tmp_path / "host.sock")
     stale = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
     stale.bind(path)  # what a server killed by SIGKILL leaves
     stale.close()
+    monkeypatch.setattr(fork_client, "_SHARED", {})
+    notes = []
     process = fork_client.start_host_server(path, env)
     try:
-        client = ForkServer(env, address=path)
+        client = fork_client.shared_server(dict(env, **{fork_client.HOST_SERVER_ENV: path}), note=notes.append)
         task = client.spawn([sys.executable, PROBE, "sleep"], env=env, stdout=subprocess.PIPE)
         seen = json.loads(task.stdout.readline())
         assert seen["ppid"] == process.pid == client.pid, seen
@@ -307,6 +309,7 @@ def test_a_host_server_replaces_a_stale_socket_and_sigterm_ends_it_with_its_task
     assert task.wait(timeout=BOUND_SECS) == -signal.SIGKILL
     task.stdout.close()
     client.close()
+    assert notes == [f"fork server: {path} has gone, and the tasks it forked with it"], notes
 
 
 @pytest.mark.parametrize(

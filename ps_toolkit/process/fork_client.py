@@ -110,6 +110,8 @@ class ForkServer:
         self._next_id = 0
         self._ready: bool | None = None
         self.refusal: str | None = None
+        # Called once if a server that was ready goes (a host's server ended by its owner).
+        self.on_lost: Callable[[], None] | None = None
         if address is not None:
             self._sock = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
             try:
@@ -293,6 +295,8 @@ class ForkServer:
         """The server has gone (its tasks died with it): it answers nothing more."""
         if self._ready is None:
             self._ready, self.refusal = False, f"the fork server ended before it was ready ({self._last_words()})"
+        elif self._ready and self.on_lost is not None:
+            self.on_lost()
         self._sock.close()
         self._sock = None
         if self._process is not None:
@@ -459,6 +463,7 @@ def _new_server(env: Mapping[str, str], preload: Sequence[str], note: Callable[[
         host = ForkServer(env, address=address)
         try:
             host.wait_ready()  # a host's server still importing is waited for, as a launch's own would be
+            host.on_lost = lambda: _note_once(note, f"fork server: {address} has gone, and the tasks it forked with it")
             return host
         except ForkUnavailable as err:
             host.close()
