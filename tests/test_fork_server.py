@@ -379,7 +379,25 @@ def test_a_bad_or_stalled_client_of_the_host_server_costs_only_itself(env, tmp_p
         fork_client.stop_host_server(process)
 
 
-def test_a_host_server_needs_a_path(tmp_path):
-    argv = [sys.executable, "-m", "ps_toolkit.process.fork_server", "--listen", ""]
-    done = subprocess.run(argv, capture_output=True, text=True, timeout=BOUND_SECS, cwd=ROOT)
-    assert done.returncode == 2 and done.stderr.startswith("fork_server: usage:"), done
+def test_a_host_server_needs_a_path_and_says_how_on_help(tmp_path):
+    argv = [sys.executable, "-m", "ps_toolkit.process.fork_server"]
+    done = subprocess.run([*argv, "--listen", ""], capture_output=True, text=True, timeout=BOUND_SECS, cwd=ROOT)
+    assert done.returncode == 2 and done.stderr.startswith("usage: ") and not done.stdout, done
+    done = subprocess.run([*argv, "--help"], capture_output=True, text=True, timeout=BOUND_SECS, cwd=ROOT)
+    assert done.returncode == 0 and "PS_TOOLKIT_FORK_SERVER=PATH" in done.stdout and not done.stderr, done
+
+
+def test_a_host_server_started_by_hand_says_three_lines_and_nothing_else(env, tmp_path):
+    """What a terminal shows: listening, ready, stopped; TensorFlow's import chatter is kept off it."""
+    path = str(tmp_path / "host.sock")
+    argv = [sys.executable, "-m", "ps_toolkit.process.fork_server", "--listen", path]
+    server = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT, env=env)
+    try:
+        lines = [server.stdout.readline(), server.stdout.readline()]
+    finally:
+        server.send_signal(signal.SIGINT)
+        out, err = server.communicate(timeout=BOUND_SECS)
+    listening = f"fork_server: listening at {path} (pid {server.pid}); importing TensorFlow\n"
+    assert lines == [listening, "fork_server: ready\n"], lines
+    assert out == "fork_server: stopped; its tasks were ended and its socket removed\n" and err == "", (out, err)
+    assert server.returncode == 128 + signal.SIGINT and not os.path.exists(path)

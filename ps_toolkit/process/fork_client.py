@@ -458,7 +458,8 @@ def shared_server(
 
 
 def _new_server(env: Mapping[str, str], preload: Sequence[str], note: Callable[[str], None] | None) -> ForkServer:
-    address = env.get(HOST_SERVER_ENV)
+    # A path written with ~ in a configuration file reaches here unexpanded.
+    address = os.path.expanduser(env.get(HOST_SERVER_ENV, ""))
     if address and not preload:
         host = ForkServer(env, address=address)
         try:

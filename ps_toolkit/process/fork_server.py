@@ -392,7 +392,8 @@ def _serve_at(path: str, modules: list[str]) -> int:
     # Clients may connect from now on: they wait in the backlog until the imports are done.
     _say(f"fork_server: listening at {path} (pid {os.getpid()}); importing TensorFlow")
     try:
-        refusal = server.prepare(modules)
+        with _quiet_stderr():  # TensorFlow's import chatter; a failed import is said in one line below
+            refusal = server.prepare(modules)
         if refusal:
             _say(f"fork_server: {refusal}")
             return 1
@@ -403,7 +404,21 @@ def _serve_at(path: str, modules: list[str]) -> int:
         with contextlib.suppress(FileNotFoundError):
             os.unlink(path)
         server.stop_children()
+        _say("fork_server: stopped; its tasks were ended and its socket removed")
     return 0
+
+
+@contextlib.contextmanager
+def _quiet_stderr():
+    saved = os.dup(2)
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, 2)
+    os.close(devnull)
+    try:
+        yield
+    finally:
+        os.dup2(saved, 2)
+        os.close(saved)
 
 
 def _say(line: str) -> None:
@@ -417,11 +432,18 @@ def main(argv: list[str]) -> int:
         return _serve_at(argv[2], argv[3:])
     if len(argv) >= 2 and argv[1].isdigit():
         return _serve_socket_pair(int(argv[1]), argv[2:])
-    sys.stderr.write(
-        "fork_server: usage: python -m ps_toolkit.process.fork_server --listen PATH [MODULE ...]\n"
-        "       (or FD [MODULE ...], as fork_client starts it)\n"
-    )
-    return 2
+    help_asked = len(argv) == 2 and argv[1] in ("-h", "--help")
+    (sys.stdout if help_asked else sys.stderr).write(_USAGE)
+    return 0 if help_asked else 2
+
+
+_USAGE = """\
+usage: python -m ps_toolkit.process.fork_server --listen PATH [MODULE ...]
+  Imports TensorFlow once, then forks the tasks of every launch whose environment has
+  PS_TOOLKIT_FORK_SERVER=PATH (an absolute path; only this user can connect). MODULEs are
+  imported too, before the first fork. SIGTERM or SIGINT end it and its tasks.
+  (python -m ps_toolkit.process.fork_server FD [MODULE ...] is a launch's own server, started by fork_client.)
+"""
 
 
 if __name__ == "__main__":
