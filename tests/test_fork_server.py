@@ -238,7 +238,8 @@ def test_a_launch_forks_from_the_host_server_and_its_sigkill_ends_only_its_tasks
         tasks = [p for p in psutil.Process(host).children() if p.ppid() == host]
         records = list((tmp_path / "first").glob("*.json"))
         assert {p.pid for p in tasks} >= {json.loads(r.read_text())["pid"] for r in records}, (tasks, records)
-        assert len(records) == 3 and "fork server" not in output, output
+        said = [f"fork server: the tasks are forked from the host's server at {path}"]
+        assert len(records) == 3 and [line for line in output.splitlines() if "fork server" in line] == said, output
     finally:
         launcher.kill()
         launcher.communicate(timeout=BOUND_SECS)
@@ -254,7 +255,7 @@ def test_a_launch_forks_from_the_host_server_and_its_sigkill_ends_only_its_tasks
         timeout=BOUND_SECS,
         cwd=ROOT,
     )
-    assert done.returncode == 0 and "fork server" not in done.stderr, done.stderr[-3000:]
+    assert done.returncode == 0 and [line for line in done.stdout.splitlines() if "fork server" in line] == said, done
     assert host_server_pid(path) == host
 
 
@@ -303,13 +304,28 @@ def test_a_host_server_replaces_a_stale_socket_and_sigterm_ends_it_with_its_task
         task = client.spawn([sys.executable, PROBE, "sleep"], env=env, stdout=subprocess.PIPE)
         seen = json.loads(task.stdout.readline())
         assert seen["ppid"] == process.pid == client.pid, seen
+        assert task.server_gone is None
     finally:
         code = fork_client.stop_host_server(process)
     assert code == 128 + signal.SIGTERM and not os.path.exists(path)
-    assert task.wait(timeout=BOUND_SECS) == -signal.SIGKILL
+    assert task.wait(timeout=BOUND_SECS) == -signal.SIGKILL and task.server_gone == path
     task.stdout.close()
     client.close()
     assert notes == [f"fork server: {path} has gone, and the tasks it forked with it"], notes
+
+
+def test_a_launch_whose_host_server_goes_names_the_server_in_its_verdict(tmp_path):
+    """The tasks die with their server: the verdict says so instead of blaming the first task it handles."""
+    path = str(tmp_path / "host.sock")
+    process = fork_client.start_host_server(path, task_plan.task_env())
+    try:
+        launcher, _ = start_hanging_launch(tmp_path, env=dict(os.environ, **{fork_client.HOST_SERVER_ENV: path}))
+    finally:
+        fork_client.stop_host_server(process)
+    output, _ = launcher.communicate(timeout=BOUND_SECS)
+    verdict = [line for line in output.decode().splitlines() if line.startswith("launcher: FAILED: ")]
+    assert launcher.returncode == 1 and len(verdict) == 1, output
+    assert f"was killed by SIGKILL with its fork server, {path}, which has gone; " in verdict[0], verdict
 
 
 @pytest.mark.parametrize(

@@ -50,6 +50,8 @@ def test_default_run_trains_to_90_percent_and_leaves_nothing_running(tmp_path):
     assert chief_result(tmp_path)["test_accuracy"] >= 0.9, context
     assert (tmp_path / "run" / "progress.png").exists(), context
     assert os.listdir(tmp_path / "run" / "checkpoints"), "checkpoints go into the run folder"
+    # Every task reported the toolkit's result (the ps its replicas_done): no "last lines" of scripts of their own.
+    assert "last lines:" not in output, context
 
 
 def test_sync_run_with_more_tasks(tmp_path):

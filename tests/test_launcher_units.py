@@ -110,6 +110,13 @@ def test_parse_result_needs_a_result_object():
     assert parse_result('{"loss": 1}') is None and parse_result("done") is None and parse_result(None) is None
 
 
+def test_a_ps_result_line_is_the_tasks_result(tmp_path):
+    with open(tmp_path / "log", "ab") as log:
+        out = TaskOutput("ps:0", log, None)
+        out.feed("stdout", b'{"job": "ps", "task": 0, "replicas_done": 2, "seconds": 1.5}\n')
+    assert out.result == {"job": "ps", "task": 0, "replicas_done": 2, "seconds": 1.5} and out.steps is None
+
+
 def test_step_rate_over_its_window():
     rate = StepRate(window_secs=5.0)
     for second in range(10):

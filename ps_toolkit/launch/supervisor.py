@@ -27,7 +27,7 @@ from ps_toolkit.launch.status import Console, StepRate, SummaryRow, describe_exi
 from ps_toolkit.launch.task_output import LogTail, TaskOutput
 from ps_toolkit.launch.task_plan import TaskPlan
 from ps_toolkit.process import lifecycle, stack_dump
-from ps_toolkit.process.fork_client import TaskStarter
+from ps_toolkit.process.fork_client import ForkedProcess, TaskStarter
 from ps_toolkit.process.group import ProcessGroup
 
 # How often the event loop reads the tasks' new log lines (the console's echo lags by at most this).
@@ -310,9 +310,13 @@ class Supervisor:
                 budget = " (not restarted: a permanent status)"
             elif policy.restart == "on-failure" and task.restarts >= policy.max_restarts:
                 budget = f" (restart budget spent: {task.restarts}/{policy.max_restarts} restarts used)"
+            # A task killed with its fork server is not the cause: the server's end is.
+            process = self._group.process(name)
+            server_gone = process.server_gone if isinstance(process, ForkedProcess) and code < 0 else None
+            cause = f" with its fork server, {server_gone}, which has gone" if server_gone else ""
             self._decide(
                 False,
-                f"{name} ({task.plan.address}) {describe_exit(code, task.drill_killed)}{budget}; "
+                f"{name} ({task.plan.address}) {describe_exit(code, task.drill_killed)}{cause}{budget}; "
                 f"last lines of {task.log_path}:\n{tail}",
                 code if code > 0 else 1,
             )

@@ -44,14 +44,15 @@ def parse_progress(line: str) -> dict | None:
 
 
 def parse_result(line: str | None) -> dict | None:
-    """A worker's final JSON line (it has ``final_loss`` or ``local_steps``), or None."""
+    """A task's final JSON line, or None: a worker's has ``final_loss`` or ``local_steps``, a ps's
+    ``replicas_done`` (ps_toolkit/task/runner.py writes both)."""
     if not line or not line.lstrip().startswith("{"):
         return None
     try:
         record = json.loads(line)
     except ValueError:
         return None
-    if isinstance(record, dict) and ("final_loss" in record or "local_steps" in record):
+    if isinstance(record, dict) and ("final_loss" in record or "local_steps" in record or "replicas_done" in record):
         return record
     return None
 

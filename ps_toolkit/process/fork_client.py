@@ -348,6 +348,13 @@ class ForkedProcess:
         except OSError:
             self._pidfd = None  # already reaped by the server: its status is on the way
 
+    @property
+    def server_gone(self) -> str | None:
+        """When the fork server that forked this task has gone (taking its tasks with it): which one."""
+        if self._server.alive:
+            return None
+        return self._server.address or f"the launch's own (pid {self._server.pid})"
+
     def poll(self) -> int | None:
         if self.returncode is None:
             self._settle(0.0)
@@ -421,9 +428,15 @@ class TaskStarter:
             server = shared_server(env, self._preload, self._note)
             if server is not None:
                 try:
-                    return server.spawn(argv, env=env, stdout=stdout, stderr=stderr, cwd=cwd, text=text)
+                    process = server.spawn(argv, env=env, stdout=stdout, stderr=stderr, cwd=cwd, text=text)
                 except ForkUnavailable as err:
                     self._refused(err)
+                else:
+                    if server.address is not None:  # said once the first task runs: a refused launch starts none
+                        _note_once(
+                            self._note, f"fork server: the tasks are forked from the host's server at {server.address}"
+                        )
+                    return process
         return lifecycle.spawn(argv, env=env, stdout=stdout, stderr=stderr, cwd=cwd, text=text)
 
     def _refused(self, err: ForkUnavailable) -> None:
