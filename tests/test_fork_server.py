@@ -68,6 +68,28 @@ def test_forked_task_sees_its_own_argv_env_cwd_session_and_stdin(server, env, tm
     assert seen["name"] == "fork_probe.py", seen
 
 
+def test_a_tasks_pythonpath_gives_it_the_sys_path_exec_would(server, env, tmp_path):
+    """A folder added by the task's PYTHONPATH (relative to its working folder, as python reads it) is where
+    python puts it: the forked task's sys.path is the exec'd one's."""
+    (tmp_path / "user_model").mkdir()
+    (tmp_path / "user_model" / "my_model.py").write_text("")
+    task_env = dict(env, PYTHONPATH=f"user_model{os.pathsep}{tmp_path / 'other'}")
+    code, seen, err = probe(server, task_env, "exit:0", cwd=str(tmp_path))
+    assert code == 0, err
+    done = subprocess.run(
+        [sys.executable, PROBE, "exit:0"], env=task_env, cwd=tmp_path, capture_output=True, text=True, timeout=60
+    )
+    assert seen["path"] == json.loads(done.stdout)["path"], (seen["path"], done.stdout)
+    assert seen["path"][1:3] == [str(tmp_path / "user_model"), str(tmp_path / "other")], seen["path"]
+
+
+def test_a_pythonpath_folder_that_shadows_an_imported_module_is_refused(server, env, tmp_path):
+    """exec would import the folder's numpy, not the server's: the task is refused, and a TaskStarter execs it."""
+    (tmp_path / "numpy.py").write_text("raise SystemExit('the shadowing numpy')")
+    with pytest.raises(ForkUnavailable, match=f"PYTHONPATH folder {tmp_path} holds numpy.py, a module the fork"):
+        server.spawn([sys.executable, PROBE], env=dict(env, PYTHONPATH=str(tmp_path)))
+
+
 def test_a_forked_task_takes_its_temp_folder_from_its_own_environment(env, tmp_path):
     """tempfile reads TMPDIR once and caches it: a server's cached folder must not outlive the task's TMPDIR."""
     cached = ForkServer(env, preload=["tests.fixtures.cache_tempdir"])
@@ -334,10 +356,11 @@ def test_a_launch_whose_host_server_goes_names_the_server_in_its_verdict(tmp_pat
         ("executable", "/other/python3", "runs another Python (/other/python3)"),
         ("package_parent", "/other/checkout", "runs the ps_toolkit of /other/checkout"),
         ("import_key", [["TF_CPP_MIN_LOG_LEVEL", "0"]], "imported TensorFlow under another TF_CPP_MIN_LOG_LEVEL"),
+        ("mount_namespace", 1, "runs in another mount namespace"),
     ],
 )
 def test_a_host_server_that_would_not_run_tasks_as_exec_would_is_refused(field, value, why, tmp_path):
-    """Only a server with the launch's Python, toolkit and import-time variables forks its tasks."""
+    """Only a server with the launch's Python, toolkit, import-time variables and mounts forks its tasks."""
     from ps_toolkit.base.paths import PACKAGE_PARENT
     from ps_toolkit.process import fork_protocol
 
@@ -347,11 +370,14 @@ def test_a_host_server_that_would_not_run_tasks_as_exec_would_is_refused(field, 
         "executable": os.path.realpath(sys.executable),
         "package_parent": PACKAGE_PARENT,
         "import_key": [list(item) for item in fork_protocol.import_key(env)],
+        "mount_namespace": os.stat("/proc/self/ns/mnt").st_ino,
     }
     assert client._mismatch(ready) is None
     assert client._mismatch(dict(ready, **{field: value})) == f"{tmp_path / 'server.sock'} {why}"
     # A forked task makes its own streams: the server's PYTHONUNBUFFERED does not reach it.
     assert fork_protocol.import_key({"PYTHONUNBUFFERED": "1", "PYTHONHASHSEED": "0"}) == (("PYTHONHASHSEED", "0"),)
+    # A task's PYTHONPATH is compared task by task (python_path): it may add folders to the server's.
+    assert fork_protocol.import_key({"PYTHONPATH": "/user_model"}) == ()
 
 
 def test_a_bad_or_stalled_client_of_the_host_server_costs_only_itself(env, tmp_path):

@@ -8,10 +8,11 @@ Python streams that drop what a full disk has no room for: ``task_streams``), th
 client's user and network namespaces (setns, when they differ from the
 server's), its working folder and environment, fresh random seeds (a forked
 child would otherwise repeat the server's), its name (the script's: ``ps -e``
-shows it; its command line in /proc stays the server's), then
-``sys.argv``/``sys.path[0]`` and the script run as ``__main__``. Its exit status is what ``python`` would
-return: the ``SystemExit`` code, 1 after an uncaught exception (traceback on
-stderr), or the script's own ``os._exit``.
+shows it; its command line in /proc stays the server's), then ``sys.argv`` and
+``sys.path`` (the task's PYTHONPATH folders included: python_path) and the
+script run as ``__main__``. Its exit status is what ``python`` would return:
+the ``SystemExit`` code, 1 after an uncaught exception (traceback on stderr),
+or the script's own ``os._exit``.
 """
 
 from __future__ import annotations
@@ -37,8 +38,11 @@ _CLONE_NEWNET = 0x40000000
 _LIBC = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
 
 
-def run(request: dict, fds: list[int], *, server_pid: int, close_fds: list[int]) -> None:
-    """Runs the requested command in this (just forked) process and ends it; never returns."""
+def run(request: dict, fds: list[int], *, server_pid: int, close_fds: list[int], sys_path: list[str]) -> None:
+    """Runs the requested command in this (just forked) process and ends it; never returns.
+
+    ``sys_path`` is the server's, with the task's PYTHONPATH folders where python puts them.
+    """
     code = 1
     try:
         _detach(server_pid)
@@ -54,6 +58,7 @@ def run(request: dict, fds: list[int], *, server_pid: int, close_fds: list[int])
         os.environ.update(request["env"])
         # Read from TMPDIR once and cached: the server's value would outlive the task's environment.
         tempfile.tempdir = None
+        sys.path[:] = sys_path
         _reseed()
         _set_name(request["argv"])
         code = _run_python(request["argv"])

@@ -286,6 +286,9 @@ class ForkServer:
             return f"{self.address} runs another Python ({ready.get('executable')})"
         if ready.get("package_parent") != PACKAGE_PARENT:
             return f"{self.address} runs the ps_toolkit of {ready.get('package_parent')}"
+        # A task joins its launcher's user and network namespaces, not its mounts (`ip netns exec`'s /etc/hosts).
+        if ready.get("mount_namespace") != os.stat("/proc/self/ns/mnt").st_ino:
+            return f"{self.address} runs in another mount namespace"
         ours = set(fork_protocol.import_key(self.env))
         theirs = {tuple(item) for item in ready.get("import_key", ())}
         differ = sorted({name for name, _ in theirs ^ ours})
@@ -459,7 +462,8 @@ def shared_server(
     there and imported under the same environment; otherwise (said once, through
     ``note``) a server of this process's own.
     """
-    key = (fork_protocol.import_key(env), tuple(preload))
+    # A server of this process's own is imported under its first task's PYTHONPATH: one per PYTHONPATH.
+    key = (fork_protocol.import_key(env), env.get("PYTHONPATH", ""), tuple(preload))
     with _SHARED_LOCK:
         server = _SHARED.get(key)
         if server is not None and server.refusal is None and not server.alive:

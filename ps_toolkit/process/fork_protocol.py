@@ -60,9 +60,11 @@ PER_TASK = ("TF_CONFIG",)
 # Read at start-up, but a forked task makes its own standard streams (task_streams: line-buffered,
 # written through), so the server's value does not reach it.
 _NOT_INHERITED = ("PYTHONUNBUFFERED",)
+# Compared task by task instead: a task may add folders to the server's (python_path).
+EXTENDABLE = ("PYTHONPATH",)
 
 
 def import_key(env: Mapping[str, str]) -> tuple:
-    """The part of an environment that a server's imports depend on."""
-    ignored = PER_TASK + _NOT_INHERITED
+    """The part of an environment that a server's imports depend on and a task must share exactly."""
+    ignored = PER_TASK + _NOT_INHERITED + EXTENDABLE
     return tuple(sorted((k, v) for k, v in env.items() if k.startswith(_IMPORT_TIME_PREFIXES) and k not in ignored))

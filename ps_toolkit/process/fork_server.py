@@ -47,7 +47,7 @@ import warnings
 
 from ps_toolkit.base import tf_import, tf_internals
 from ps_toolkit.base.paths import PACKAGE_PARENT
-from ps_toolkit.process import fork_child, fork_protocol
+from ps_toolkit.process import fork_child, fork_protocol, python_path
 
 # Threads that TensorFlow 2.21's ``import tensorflow`` starts (after numpy's
 # OpenBLAS pool, which is counted before it and is fork-safe: it re-creates
@@ -133,6 +133,7 @@ class _Server:
         self._allowed_threads = 0
         # What a client compares with its tasks' environment: this process's own, before the imports change it.
         self._imported_under = [list(item) for item in fork_protocol.import_key(os.environ)]
+        self._path_entries = python_path.entries(os.environ.get("PYTHONPATH", ""), os.getcwd())
 
     def prepare(self, modules: list[str]) -> str | None:
         """Imports everything a task needs; why forking is unsafe afterwards, or None."""
@@ -198,6 +199,7 @@ class _Server:
                 "import_key": self._imported_under,
                 "executable": os.path.realpath(sys.executable),
                 "package_parent": PACKAGE_PARENT,
+                "mount_namespace": os.stat("/proc/self/ns/mnt").st_ino,
             }
         )
         return connection
@@ -250,8 +252,14 @@ class _Server:
         if refusal:
             connection.send({"id": request["id"], "refused": f"TensorFlow's runtime has started: {refusal}"})
             return
+        task_entries = python_path.entries(request["env"].get("PYTHONPATH", ""), request["cwd"])
+        refusal = python_path.refusal(self._path_entries, task_entries, sys.modules)
+        if refusal:
+            connection.send({"id": request["id"], "refused": refusal})
+            return
+        sys_path = python_path.task_sys_path(sys.path, self._path_entries, task_entries)
         try:
-            pid = self._fork(request, fds)
+            pid = self._fork(request, fds, sys_path)
         except OSError as err:
             connection.send({"id": request["id"], "refused": f"fork() failed: {err.strerror}"})
             return
@@ -261,7 +269,7 @@ class _Server:
         self._selector.register(pidfd, selectors.EVENT_READ, pid)
         connection.send({"id": request["id"], "pid": pid})
 
-    def _fork(self, request: dict, fds: list[int]) -> int:
+    def _fork(self, request: dict, fds: list[int], sys_path: list[str]) -> int:
         sys.stdout.flush()
         sys.stderr.flush()
         server_pid = os.getpid()
@@ -281,7 +289,7 @@ class _Server:
                 own.append(self._selector.fileno())
                 _restore_signals()
                 signal.pthread_sigmask(signal.SIG_UNBLOCK, _TASK_SIGNALS)
-                fork_child.run(request, fds, server_pid=server_pid, close_fds=own)  # never returns
+                fork_child.run(request, fds, server_pid=server_pid, close_fds=own, sys_path=sys_path)  # never returns
         finally:
             signal.pthread_sigmask(signal.SIG_UNBLOCK, _TASK_SIGNALS)
         return pid
