@@ -112,10 +112,11 @@ def run_once(method: str, timeout_s: float, host: HostServer | None = None) -> t
     start_method = "fork" if method == "host" else method
     argv = [sys.executable, "-m", LAUNCH_LOCAL_MODULE, "--quiet", f"--log_dir={run_dir}"]
     argv.append(f"--start_method={start_method}")
-    env = _launch_env(host.path if method == "host" else None)
+    used_host = host if method == "host" else None
+    env = _launch_env(used_host.path if used_host else None)
     try:
         with tempfile.TemporaryFile() as output:
-            started, cpu_before = time.monotonic(), _children_cpu(host if method == "host" else None)
+            started, cpu_before = time.monotonic(), _children_cpu(used_host)
             proc = lifecycle.spawn(argv, env=env, stdout=output, stderr=output, cwd=PACKAGE_PARENT)
             try:
                 code = proc.wait(timeout=timeout_s)
@@ -128,7 +129,7 @@ def run_once(method: str, timeout_s: float, host: HostServer | None = None) -> t
                 output.seek(0)
                 tail = output.read().decode(errors="replace")[-3000:]
                 raise ClusterRunError(f"launch_local.py ({method}) ended with {code}:\n{tail}")
-        return seconds, _children_cpu(host if method == "host" else None) - cpu_before
+        return seconds, _children_cpu(used_host) - cpu_before
     finally:
         shutil.rmtree(run_dir, ignore_errors=True)
 
