@@ -73,14 +73,15 @@ def test_a_tasks_pythonpath_gives_it_the_sys_path_exec_would(server, env, tmp_pa
     python puts it: the forked task's sys.path is the exec'd one's."""
     (tmp_path / "user_model").mkdir()
     (tmp_path / "user_model" / "my_model.py").write_text("")
-    task_env = dict(env, PYTHONPATH=f"user_model{os.pathsep}{tmp_path / 'other'}")
+    # A repeated folder and an empty entry (the working folder), as python reads them.
+    task_env = dict(env, PYTHONPATH=os.pathsep.join(["user_model", "user_model", "", str(tmp_path / "other")]))
     code, seen, err = probe(server, task_env, "exit:0", cwd=str(tmp_path))
     assert code == 0, err
     done = subprocess.run(
         [sys.executable, PROBE, "exit:0"], env=task_env, cwd=tmp_path, capture_output=True, text=True, timeout=60
     )
     assert seen["path"] == json.loads(done.stdout)["path"], (seen["path"], done.stdout)
-    assert seen["path"][1:3] == [str(tmp_path / "user_model"), str(tmp_path / "other")], seen["path"]
+    assert seen["path"][1:4] == [str(tmp_path / "user_model"), str(tmp_path), str(tmp_path / "other")], seen["path"]
 
 
 def test_a_pythonpath_folder_that_shadows_an_imported_module_is_refused(server, env, tmp_path):
@@ -286,7 +287,10 @@ def test_a_host_server_that_cannot_serve_is_one_line_and_the_launch_starts_its_o
     env = dict(os.environ)
     if case == "another environment":
         env["TF_CPP_MIN_LOG_LEVEL"] = "1"
-        expected = f"{env[fork_client.HOST_SERVER_ENV]} imported TensorFlow under another TF_CPP_MIN_LOG_LEVEL"
+        expected = (
+            f"{env[fork_client.HOST_SERVER_ENV]} imported TensorFlow under another TF_CPP_MIN_LOG_LEVEL "
+            "(TF_CPP_MIN_LOG_LEVEL '2' there, '1' here; a server started under this launch's values would serve it)"
+        )
     else:
         env[fork_client.HOST_SERVER_ENV] = str(tmp_path / "nobody.sock")
         expected = f"nothing listens at {tmp_path / 'nobody.sock'} (No such file or directory)"
@@ -347,7 +351,9 @@ def test_a_launch_whose_host_server_goes_names_the_server_in_its_verdict(tmp_pat
     output, _ = launcher.communicate(timeout=BOUND_SECS)
     verdict = [line for line in output.decode().splitlines() if line.startswith("launcher: FAILED: ")]
     assert launcher.returncode == 1 and len(verdict) == 1, output
-    assert f"was killed by SIGKILL with its fork server, {path}, which has gone; " in verdict[0], verdict
+    assert verdict[0].endswith(
+        f"was killed by SIGKILL with its fork server, {path}, which has gone; every log is in {tmp_path / 'run'}"
+    ), verdict
 
 
 @pytest.mark.parametrize(
@@ -355,7 +361,13 @@ def test_a_launch_whose_host_server_goes_names_the_server_in_its_verdict(tmp_pat
     [
         ("executable", "/other/python3", "runs another Python (/other/python3)"),
         ("package_parent", "/other/checkout", "runs the ps_toolkit of /other/checkout"),
-        ("import_key", [["TF_CPP_MIN_LOG_LEVEL", "0"]], "imported TensorFlow under another TF_CPP_MIN_LOG_LEVEL"),
+        (
+            "import_key",
+            [["TF_CPP_MIN_LOG_LEVEL", "0"], ["PYTHONHASHSEED", "0"]],
+            "imported TensorFlow under another PYTHONHASHSEED, TF_CPP_MIN_LOG_LEVEL (PYTHONHASHSEED '0' there, unset"
+            " here; TF_CPP_MIN_LOG_LEVEL '0' there, '2' here; a server started under this launch's values would"
+            " serve it)",
+        ),
         ("mount_namespace", 1, "runs in another mount namespace"),
     ],
 )

@@ -310,14 +310,16 @@ class Supervisor:
                 budget = " (not restarted: a permanent status)"
             elif policy.restart == "on-failure" and task.restarts >= policy.max_restarts:
                 budget = f" (restart budget spent: {task.restarts}/{policy.max_restarts} restarts used)"
-            # A task killed with its fork server is not the cause: the server's end is.
+            # A task killed with its fork server is not the cause, and its log does not say what is.
             process = self._group.process(name)
             server_gone = process.server_gone if isinstance(process, ForkedProcess) and code < 0 else None
-            cause = f" with its fork server, {server_gone}, which has gone" if server_gone else ""
+            if server_gone:
+                where = f" with its fork server, {server_gone}, which has gone; every log is in {self._log_dir}"
+            else:
+                where = f"; last lines of {task.log_path}:\n{tail}"
             self._decide(
                 False,
-                f"{name} ({task.plan.address}) {describe_exit(code, task.drill_killed)}{cause}{budget}; "
-                f"last lines of {task.log_path}:\n{tail}",
+                f"{name} ({task.plan.address}) {describe_exit(code, task.drill_killed)}{budget}{where}",
                 code if code > 0 else 1,
             )
 

@@ -29,7 +29,7 @@ import tempfile
 import threading
 import traceback
 
-from ps_toolkit.process import fork_protocol, task_streams
+from ps_toolkit.process import fork_protocol, python_path, task_streams
 
 _PR_SET_PDEATHSIG = 1
 _PR_SET_NAME = 15
@@ -111,11 +111,13 @@ def _run_python(argv: list[str]) -> int:
     try:
         if argv[1] == "-m":
             sys.argv = [argv[2], *argv[3:]]
-            sys.path[0] = os.getcwd()
+            if not python_path.SAFE_PATH:  # python -P puts no folder of its own first
+                sys.path[0] = os.getcwd()
             runpy.run_module(argv[2], run_name="__main__", alter_sys=True)
         else:
             sys.argv = argv[1:]
-            sys.path[0] = os.path.dirname(os.path.realpath(argv[1]))
+            if not python_path.SAFE_PATH:
+                sys.path[0] = os.path.dirname(os.path.realpath(argv[1]))
             runpy.run_path(argv[1], run_name="__main__")
         return 0
     except SystemExit as done:

@@ -289,10 +289,16 @@ class ForkServer:
         # A task joins its launcher's user and network namespaces, not its mounts (`ip netns exec`'s /etc/hosts).
         if ready.get("mount_namespace") != os.stat("/proc/self/ns/mnt").st_ino:
             return f"{self.address} runs in another mount namespace"
-        ours = set(fork_protocol.import_key(self.env))
-        theirs = {tuple(item) for item in ready.get("import_key", ())}
-        differ = sorted({name for name, _ in theirs ^ ours})
-        return f"{self.address} imported TensorFlow under another {', '.join(differ)}" if differ else None
+        ours = dict(fork_protocol.import_key(self.env))
+        theirs = {name: value for name, value in ready.get("import_key", ())}
+        differ = sorted(name for name in ours.keys() | theirs.keys() if ours.get(name) != theirs.get(name))
+        if not differ:
+            return None
+        values = "; ".join(f"{name} {_shown(theirs.get(name))} there, {_shown(ours.get(name))} here" for name in differ)
+        return (
+            f"{self.address} imported TensorFlow under another {', '.join(differ)} ({values}; a server started "
+            "under this launch's values would serve it)"
+        )
 
     def _lost(self) -> None:
         """The server has gone (its tasks died with it): it answers nothing more."""
@@ -330,6 +336,10 @@ class ForkServer:
             if pid not in self._statuses and time.monotonic() >= deadline:
                 return None
         return self._statuses.pop(pid)
+
+
+def _shown(value: str | None) -> str:
+    return "unset" if value is None else repr(value)
 
 
 def _open_reader(fd: int, text: bool):

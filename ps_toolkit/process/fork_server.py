@@ -257,7 +257,9 @@ class _Server:
         if refusal:
             connection.send({"id": request["id"], "refused": refusal})
             return
-        sys_path = python_path.task_sys_path(sys.path, self._path_entries, task_entries)
+        sys_path = python_path.task_sys_path(
+            sys.path, self._path_entries, task_entries, safe_path=python_path.SAFE_PATH
+        )
         try:
             pid = self._fork(request, fds, sys_path)
         except OSError as err:
@@ -448,7 +450,8 @@ def main(argv: list[str]) -> int:
 _USAGE = """\
 usage: python -m ps_toolkit.process.fork_server --listen PATH [MODULE ...]
   Imports TensorFlow once, then forks the tasks of every launch whose environment has
-  PS_TOOLKIT_FORK_SERVER=PATH (an absolute path; only this user can connect). MODULEs are
+  PS_TOOLKIT_FORK_SERVER=PATH (absolute, so that launches from any folder find it; only
+  this user can connect). MODULEs are
   imported too, before the first fork. SIGTERM or SIGINT end it and its tasks.
   (python -m ps_toolkit.process.fork_server FD [MODULE ...] is a launch's own server, started by fork_client.)
 """

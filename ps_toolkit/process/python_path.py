@@ -10,24 +10,32 @@ drops a folder of the server's, is refused and started with exec.
 Example:
     task = python_path.entries(task_env.get("PYTHONPATH", ""), task_cwd)
     why = python_path.refusal(server_entries, task, sys.modules)
-    sys.path = python_path.task_sys_path(sys.path, server_entries, task)
+    sys.path = python_path.task_sys_path(sys.path, server_entries, task, safe_path=SAFE_PATH)
 """
 
 from __future__ import annotations
 
 import os
+import sys
 from collections.abc import Mapping, Sequence
 from types import ModuleType
 
 # A file that makes a top-level module of its folder: name.py, name.cpython-311-x86_64-linux-gnu.so, ...
 _MODULE_SUFFIXES = (".py", ".pyc", ".so", ".pyd")
+# Modules python imports at start-up from the first folder that holds them (site.py): a task's
+# folder that holds one would run it under exec, and the server, already started, cannot.
+_STARTUP_MODULES = ("sitecustomize", "usercustomize")
+# python -P or PYTHONSAFEPATH (3.11+): no script folder first on sys.path. A forked task has its server's flag,
+# which is the task's own: PYTHONSAFEPATH is an import-time variable (fork_protocol.import_key).
+SAFE_PATH = bool(getattr(sys.flags, "safe_path", False))
 
 
 def entries(value: str, cwd: str) -> list[str]:
-    """The folders ``python`` started in ``cwd`` puts on ``sys.path`` for ``PYTHONPATH=value``, in order."""
+    """The folders ``python`` started in ``cwd`` puts on ``sys.path`` for ``PYTHONPATH=value``, in order
+    (absolute, each once: site.py drops repeats)."""
     if not value:
         return []
-    return [os.path.abspath(os.path.join(cwd, entry)) for entry in value.split(os.pathsep)]
+    return _unique(os.path.abspath(os.path.join(cwd, entry)) for entry in value.split(os.pathsep))
 
 
 def refusal(
@@ -39,15 +47,45 @@ def refusal(
     if missing:
         return f"the task's PYTHONPATH lacks {os.pathsep.join(missing)}, which the fork server imported under"
     for folder in (entry for entry in task_entries if entry not in server_entries):
+        name, _ = _first_module(folder, lambda module: module in _STARTUP_MODULES)
+        if name:
+            return f"PYTHONPATH folder {folder} holds {name}, which python runs at start-up and the fork server did not"
         shadowed = _shadowed(folder, imported)
         if shadowed:
             return f"PYTHONPATH folder {folder} holds {shadowed}, a module the fork server has already imported"
     return None
 
 
-def task_sys_path(server_path: Sequence[str], server_entries: Sequence[str], task_entries: Sequence[str]) -> list:
-    """``server_path`` (the server's ``sys.path``) with the server's PYTHONPATH folders replaced by the task's."""
-    return [server_path[0], *task_entries, *server_path[1 + len(server_entries) :]]
+def task_sys_path(
+    server_path: Sequence[str], server_entries: Sequence[str], task_entries: Sequence[str], *, safe_path: bool
+) -> list[str]:
+    """``server_path`` (the server's ``sys.path``) with the server's PYTHONPATH folders replaced by the task's.
+
+    Without ``safe_path`` (``python -P``, PYTHONSAFEPATH) the first entry is the script's folder, which
+    the child sets. Folders are found by value: site.py dropped repeats, and the server's
+    working folder may be one of its PYTHONPATH folders.
+    """
+    head = [] if safe_path else [server_path[0]]
+    rest = [entry for entry in server_path[len(head) :] if entry not in server_entries]
+    return _unique([*head, *task_entries, *rest])
+
+
+def _unique(paths) -> list[str]:
+    seen: set[str] = set()
+    return [path for path in paths if not (path in seen or seen.add(path))]
+
+
+def _first_module(folder: str, wanted) -> tuple[str | None, str | None]:
+    """The first name in ``folder`` (sorted) that is a top-level module or package ``wanted(module)`` accepts."""
+    try:
+        names = os.listdir(folder)
+    except OSError:  # not there (yet) or unreadable: python skips it too
+        return None, None
+    for name in sorted(names):
+        module = name.split(".", 1)[0] if name.endswith(_MODULE_SUFFIXES) else name
+        if (module != name or os.path.isdir(os.path.join(folder, name))) and wanted(module):
+            return name, module
+    return None, None
 
 
 def _shadowed(folder: str, imported: Mapping[str, ModuleType]) -> str | None:
@@ -56,16 +94,11 @@ def _shadowed(folder: str, imported: Mapping[str, ModuleType]) -> str | None:
     One imported from this very folder (the server started in the toolkit's checkout, a task adding
     that checkout) is the module exec would import too.
     """
-    try:
-        names = os.listdir(folder)
-    except OSError:  # not there (yet) or unreadable: python skips it too
-        return None
-    for name in sorted(names):
-        candidate = os.path.join(folder, name)
-        module = name.split(".", 1)[0] if name.endswith(_MODULE_SUFFIXES) else name
-        if module not in imported or (module == name and not os.path.isdir(candidate)):
-            continue
+
+    def elsewhere(module: str) -> bool:
+        if module not in imported:
+            return False
         origin = getattr(imported[module], "__file__", None) or ""
-        if candidate not in (origin, os.path.dirname(origin)):
-            return name
-    return None
+        return folder not in (os.path.dirname(origin), os.path.dirname(os.path.dirname(origin)))
+
+    return _first_module(folder, elsewhere)[0]
