@@ -34,7 +34,13 @@ def test_benchmark_script_runs_end_to_end(tmp_path):
     done = subprocess.run(command, capture_output=True, text=True, timeout=540, env=env, cwd=REPO)
     context = f"$ {' '.join(command)}\nexit {done.returncode}\n{done.stdout}\n{done.stderr[-6000:]}"
     assert done.returncode == 0, context
-    results = json.loads((tmp_path / "results.json").read_text())["results"]
+    written = json.loads((tmp_path / "results.json").read_text())
+    results = written["results"]
+    # The main job, one real launch per start method (--repetitions=1), side by side.
+    main_job = written["meta"]["main_job"]
+    for method in ("fork", "exec", "host"):
+        assert main_job[method]["median"] > 0 and main_job[method]["cpu"]["median"] > 0, main_job
+    assert main_job["host_over_exec"] > 0 and main_job["fork_over_exec"] > 0, main_job
     assert {(r["system"], r["mode"]) for r in results} == {
         ("ps_toolkit", "async"),
         ("ps_toolkit", "sync"),
