@@ -450,9 +450,9 @@ def main(argv: list[str]) -> int:
 _USAGE = """\
 usage: python -m ps_toolkit.process.fork_server --listen PATH [MODULE ...]
   Imports TensorFlow once, then forks the tasks of every launch whose environment has
-  PS_TOOLKIT_FORK_SERVER=PATH (absolute, so that launches from any folder find it; only
-  this user can connect). MODULEs are
-  imported too, before the first fork. SIGTERM or SIGINT end it and its tasks.
+  PS_TOOLKIT_FORK_SERVER=PATH (absolute, so that launches from any folder find it; only this
+  user can connect). MODULEs are imported too, before the first fork. SIGTERM or SIGINT end
+  it and its tasks.
   (python -m ps_toolkit.process.fork_server FD [MODULE ...] is a launch's own server, started by fork_client.)
 """
 

@@ -47,7 +47,7 @@ def refusal(
     if missing:
         return f"the task's PYTHONPATH lacks {os.pathsep.join(missing)}, which the fork server imported under"
     for folder in (entry for entry in task_entries if entry not in server_entries):
-        name, _ = _first_module(folder, lambda module: module in _STARTUP_MODULES)
+        name = _first_module(folder, lambda module: module in _STARTUP_MODULES)
         if name:
             return f"PYTHONPATH folder {folder} holds {name}, which python runs at start-up and the fork server did not"
         shadowed = _shadowed(folder, imported)
@@ -75,17 +75,17 @@ def _unique(paths) -> list[str]:
     return [path for path in paths if not (path in seen or seen.add(path))]
 
 
-def _first_module(folder: str, wanted) -> tuple[str | None, str | None]:
+def _first_module(folder: str, wanted) -> str | None:
     """The first name in ``folder`` (sorted) that is a top-level module or package ``wanted(module)`` accepts."""
     try:
         names = os.listdir(folder)
     except OSError:  # not there (yet) or unreadable: python skips it too
-        return None, None
+        return None
     for name in sorted(names):
         module = name.split(".", 1)[0] if name.endswith(_MODULE_SUFFIXES) else name
         if (module != name or os.path.isdir(os.path.join(folder, name))) and wanted(module):
-            return name, module
-    return None, None
+            return name
+    return None
 
 
 def _shadowed(folder: str, imported: Mapping[str, ModuleType]) -> str | None:
@@ -101,4 +101,4 @@ def _shadowed(folder: str, imported: Mapping[str, ModuleType]) -> str | None:
         origin = getattr(imported[module], "__file__", None) or ""
         return folder not in (os.path.dirname(origin), os.path.dirname(os.path.dirname(origin)))
 
-    return _first_module(folder, elsewhere)[0]
+    return _first_module(folder, elsewhere)
