@@ -252,7 +252,7 @@ def test_report_format_and_dict():
     lines = report.format().splitlines()
     assert lines[1].split() == [ps(0), "2", "128", "80.0%"]
     assert lines[2].split() == [ps(1), "1", "32", "20.0%"]
-    assert lines[3] == "1 variable op(s) on no ps task above"
+    assert lines[3] == "1 variable op(s) not on a ps task: 1 on /job:worker/task:0"
     assert lines[4] == "imbalance (max/mean bytes): 1.60"
     data = json.loads(json.dumps(report.to_dict()))
     assert data["bytes_per_task"] == {ps(0): 128, ps(1): 32}

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import collections
 import dataclasses
 import hashlib
 
@@ -192,9 +193,11 @@ class PlacementReport:
             count = sum(1 for _, device, _ in self.variables if device == task)
             share = size / total if total else 0.0
             lines.append(f"{task:<24} {count:>9} {size:>15,} {share:>7.1%}")
-        elsewhere = sum(1 for _, device, _ in self.variables if device not in self.bytes_per_task)
+        # Variables a replica keeps for itself (an evaluation's metric totals, a sync local step).
+        elsewhere = collections.Counter(device for _, device, _ in self.variables if device not in self.bytes_per_task)
         if elsewhere:
-            lines.append(f"{elsewhere} variable op(s) on no ps task above")
+            where = ", ".join(f"{count} on {device or 'no device'}" for device, count in sorted(elsewhere.items()))
+            lines.append(f"{sum(elsewhere.values())} variable op(s) not on a ps task: {where}")
         lines.append(f"imbalance (max/mean bytes): {self.imbalance:.2f}")
         return "\n".join(lines)
 
