@@ -19,6 +19,7 @@ started with exec (``lifecycle.spawn``), with one line saying why.
 from __future__ import annotations
 
 import atexit
+import contextlib
 import os
 import select
 import socket
@@ -146,6 +147,14 @@ class ForkServer:
     def alive(self) -> bool:
         running = self._process is None or self._process.poll() is None
         return self._sock is not None and running and self.refusal is None
+
+    @property
+    def importing(self) -> bool:
+        """Whether the server is still importing (its ready message, read now if it has come, has not)."""
+        if self._ready is None and self._sock is not None:
+            with contextlib.suppress(ForkUnavailable):
+                self._pump(time.monotonic())
+        return self._ready is None
 
     def wait_ready(self, timeout_secs: float = READY_TIMEOUT_SECS) -> None:
         """Waits until the server has imported everything; ForkUnavailable when it refused or died."""
@@ -440,6 +449,10 @@ class TaskStarter:
         if self.method == "fork" and forkable(argv, env):
             server = shared_server(env, self._preload, self._note)
             if server is not None:
+                if server.importing:  # the wait that follows is seconds of silence otherwise
+                    _note_once(
+                        self._note, "fork server: importing TensorFlow once for all the tasks; they start after it"
+                    )
                 try:
                     process = server.spawn(argv, env=env, stdout=stdout, stderr=stderr, cwd=cwd, text=text)
                 except ForkUnavailable as err:
