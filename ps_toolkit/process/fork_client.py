@@ -148,9 +148,8 @@ class ForkServer:
         running = self._process is None or self._process.poll() is None
         return self._sock is not None and running and self.refusal is None
 
-    @property
     def importing(self) -> bool:
-        """Whether the server is still importing (its ready message, read now if it has come, has not)."""
+        """Whether the server is still importing: its ready message (read now, if it has come) has not come."""
         if self._ready is None and self._sock is not None:
             with contextlib.suppress(ForkUnavailable):
                 self._pump(time.monotonic())
@@ -299,7 +298,7 @@ class ForkServer:
         if ready.get("mount_namespace") != os.stat("/proc/self/ns/mnt").st_ino:
             return f"{self.address} runs in another mount namespace"
         ours = dict(fork_protocol.import_key(self.env))
-        theirs = {name: value for name, value in ready.get("import_key", ())}
+        theirs = dict(ready.get("import_key", ()))
         differ = sorted(name for name in ours.keys() | theirs.keys() if ours.get(name) != theirs.get(name))
         if not differ:
             return None
@@ -449,7 +448,7 @@ class TaskStarter:
         if self.method == "fork" and forkable(argv, env):
             server = shared_server(env, self._preload, self._note)
             if server is not None:
-                if server.importing:  # the wait that follows is seconds of silence otherwise
+                if server.importing():  # the wait that follows is seconds of silence otherwise
                     _note_once(
                         self._note, "fork server: importing TensorFlow once for all the tasks; they start after it"
                     )
@@ -469,7 +468,7 @@ class TaskStarter:
         _note_once(self._note, f"fork server: {err}; starting the toolkit's tasks with exec instead")
 
 
-# This process's shared servers, one per import-time environment (see import_key),
+# This process's shared servers, one per import-time environment (see import_key) and PYTHONPATH,
 # and the refusals already reported (one line each).
 _SHARED: dict[tuple, ForkServer] = {}
 _SHARED_LOCK = threading.Lock()

@@ -3,8 +3,9 @@
 Client to server: ``{"id": N, "argv": [...], "env": {...}, "cwd": "..."}`` with the
 child's stdout, stderr and namespace descriptors attached (``FD_ORDER``).
 Server to client: ``{"ready": PID, "import_key": [[NAME, VALUE], ...], "executable": PATH,
-"package_parent": PATH}`` (the environment its imports ran under, ``import_key``; its
-Python; the folder its ps_toolkit comes from) or ``{"refused": WHY}`` once, after its imports;
+"package_parent": PATH, "mount_namespace": INODE}`` (the environment its imports ran under,
+``import_key``; its Python; the folder its ps_toolkit comes from; its mount namespace) or
+``{"refused": WHY}`` once, after its imports;
 ``{"id": N, "pid": PID}`` or ``{"id": N, "refused": WHY}`` for each request;
 ``{"exit": PID, "status": WAIT_STATUS}`` when a child ends.
 """

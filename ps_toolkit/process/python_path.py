@@ -47,12 +47,14 @@ def refusal(
     if missing:
         return f"the task's PYTHONPATH lacks {os.pathsep.join(missing)}, which the fork server imported under"
     for folder in (entry for entry in task_entries if entry not in server_entries):
-        name = _first_module(folder, lambda module: module in _STARTUP_MODULES)
-        if name:
-            return f"PYTHONPATH folder {folder} holds {name}, which python runs at start-up and the fork server did not"
-        shadowed = _shadowed(folder, imported)
-        if shadowed:
-            return f"PYTHONPATH folder {folder} holds {shadowed}, a module the fork server has already imported"
+        modules = _modules_in(folder)
+        for name, module in modules:
+            if module in _STARTUP_MODULES:
+                why = "which python runs at start-up and the fork server did not"
+                return f"PYTHONPATH folder {folder} holds {name}, {why}"
+        for name, module in modules:
+            if _imported_elsewhere(module, folder, imported):
+                return f"PYTHONPATH folder {folder} holds {name}, a module the fork server has already imported"
     return None
 
 
@@ -75,30 +77,27 @@ def _unique(paths) -> list[str]:
     return [path for path in paths if not (path in seen or seen.add(path))]
 
 
-def _first_module(folder: str, wanted) -> str | None:
-    """The first name in ``folder`` (sorted) that is a top-level module or package ``wanted(module)`` accepts."""
+def _modules_in(folder: str) -> list[tuple[str, str]]:
+    """(file or folder name, top-level module name) of what ``folder`` holds that could be imported, sorted."""
     try:
         names = os.listdir(folder)
     except OSError:  # not there (yet) or unreadable: python skips it too
-        return None
+        return []
+    found = []
     for name in sorted(names):
         module = name.split(".", 1)[0] if name.endswith(_MODULE_SUFFIXES) else name
-        if (module != name or os.path.isdir(os.path.join(folder, name))) and wanted(module):
-            return name
-    return None
+        if module != name or os.path.isdir(os.path.join(folder, name)):
+            found.append((name, module))
+    return found
 
 
-def _shadowed(folder: str, imported: Mapping[str, ModuleType]) -> str | None:
-    """A top-level module or package in ``folder`` that is imported from elsewhere, or None.
+def _imported_elsewhere(module: str, folder: str, imported: Mapping[str, ModuleType]) -> bool:
+    """Whether ``module`` is imported from somewhere other than ``folder``.
 
     One imported from this very folder (the server started in the toolkit's checkout, a task adding
     that checkout) is the module exec would import too.
     """
-
-    def elsewhere(module: str) -> bool:
-        if module not in imported:
-            return False
-        origin = getattr(imported[module], "__file__", None) or ""
-        return folder not in (os.path.dirname(origin), os.path.dirname(os.path.dirname(origin)))
-
-    return _first_module(folder, elsewhere)
+    if module not in imported:
+        return False
+    origin = getattr(imported[module], "__file__", None) or ""
+    return folder not in (os.path.dirname(origin), os.path.dirname(os.path.dirname(origin)))
