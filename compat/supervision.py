@@ -81,12 +81,21 @@ def release_sync_replicas(session) -> None:
         log.warning("could not release the sync replicas: %s", str(err).splitlines()[0])
 
 
-def _release_on_close(session):
-    """Makes ``session.close()`` (and so ``with session:``) release sync replicas first."""
+def _release_on_close(session, coordinator):
+    """Makes ``session.close()`` (and so ``with session:``) release sync replicas and stop ``coordinator`` first.
+
+    Stopping the coordinator before the close is ``managed_session``'s order:
+    a queue-runner thread that the close cuts off (cancelled mid-step, or
+    starting its next step as the ps drops the session: "Session ... is not
+    found") then reports to a coordinator that has already stopped, which
+    records nothing, so ``Supervisor.stop()`` does not raise the close's own
+    error as the thread's.
+    """
     original_close = session.close
 
     def close():
         release_sync_replicas(session)
+        coordinator.request_stop()
         original_close()
 
     session.close = close
@@ -135,12 +144,14 @@ class Supervisor(_v1.train.Supervisor):
 
     def prepare_or_wait_for_session(self, master="", config=None, *args, **kwargs):
         session = super().prepare_or_wait_for_session(master, filled_config(config), *args, **kwargs)
-        return _release_on_close(session)
+        return _release_on_close(session, self.coord)
 
     def stop(self, threads=None, close_summary_writer=True, ignore_live_threads=True):
         # A sync chief's aggregating queue runner is blocked on gradients that
         # will never come: TF 1.x raised here after 120 s. It is logged instead,
-        # and the CancelledError it got when the session closed is no failure.
+        # and the CancelledError it got when a session closed is no failure
+        # (sessions made here stop the coordinator first; a plain tf.Session
+        # given to start_queue_runners does not).
         try:
             super().stop(threads, close_summary_writer, ignore_live_threads)
         except tf.errors.CancelledError as err:

@@ -1,0 +1,33 @@
+"""The compat Supervisor's sessions: closing one cuts off its queue runners without an error to report."""
+
+import pytest
+
+tf = pytest.importorskip("tensorflow")
+from ps_toolkit_compat.supervision import Supervisor  # noqa: E402 -- after TensorFlow's import check
+
+_v1 = tf.compat.v1
+CLOSES = 12
+
+
+def test_queue_runners_cut_off_by_the_session_close_report_nothing(in_process_cluster):
+    # A queue runner stepping on the ps when its session closes gets the close's own error
+    # (cancelled mid-step, or "Session ... is not found" as it starts the next step). Under
+    # tf.train.Supervisor that error reaches the coordinator, and sv.stop() raised it as the
+    # thread's failure at the end of a sync chief's run about half the time.
+    with tf.Graph().as_default():
+        with _v1.device("/job:ps/task:0"):
+            queue = _v1.FIFOQueue(1 << 22, tf.int32, shared_name="compat_supervision_close_race")
+            size = queue.size()
+        runner = _v1.train.QueueRunner(queue, [queue.enqueue(1)])
+        supervisor = Supervisor(logdir=None, init_op=_v1.global_variables_initializer(), summary_op=None, saver=None)
+        for _ in range(CLOSES):
+            with supervisor.prepare_or_wait_for_session(in_process_cluster.targets["worker"][0]) as session:
+                threads = supervisor.start_queue_runners(session, [runner])
+                before = session.run(size)
+                # Bounded: the runner enqueues thousands a second; the session's step timeout ends a stall.
+                options = _v1.RunOptions(timeout_in_ms=10_000)
+                while session.run(size, options=options) < before + 100:
+                    pass
+            # join() raises the first error a thread reported; stop() would hide a CancelledError.
+            supervisor.coord.join(threads, stop_grace_period_secs=10)
+            supervisor.stop()
