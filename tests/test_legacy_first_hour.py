@@ -24,7 +24,7 @@ def test_a_hand_run_legacy_ps_says_how_it_will_end():
         argv = [sys.executable, RUN_LEGACY, ASYNC_EXAMPLE, "--job_name=ps"]
         argv += [f"--ps_hosts={ps}", f"--worker_hosts={worker}"]
         env = {k: v for k, v in os.environ.items() if k != "TF_CONFIG"}
-        proc = subprocess.Popen(argv, stderr=subprocess.PIPE, text=True, env=env, cwd=REPO, start_new_session=True)
+        proc = subprocess.Popen(argv, stderr=subprocess.PIPE, env=env, cwd=REPO, start_new_session=True)
         try:
             hint = _line_with(proc, "scripts/launch_local.py, which stops the ps tasks", timeout=90)
         finally:
@@ -34,18 +34,26 @@ def test_a_hand_run_legacy_ps_says_how_it_will_end():
 
 
 def _line_with(proc, text: str, timeout: float) -> str:
-    """The first stderr line containing ``text``, read within ``timeout`` seconds."""
+    """The first stderr line containing ``text``, read within ``timeout`` seconds.
+
+    Reads the pipe's descriptor itself: a buffered ``readline`` after ``select`` can
+    take several lines at once and leave the one wanted in its buffer, where
+    ``select`` never sees it.
+    """
     deadline = time.monotonic() + timeout
-    seen = []
+    fd = proc.stderr.fileno()
+    received = b""
     with selectors.DefaultSelector() as selector:
-        selector.register(proc.stderr, selectors.EVENT_READ)
+        selector.register(fd, selectors.EVENT_READ)
         while time.monotonic() < deadline:
             if not selector.select(timeout=deadline - time.monotonic()):
                 break
-            line = proc.stderr.readline()
-            if not line:
+            chunk = os.read(fd, 65536)
+            if not chunk:
                 break
-            seen.append(line)
-            if text in line:
-                return line.strip()
-    raise AssertionError(f"no line with {text!r} within {timeout}s:\n{''.join(seen[-20:])}")
+            received += chunk
+            for line in received.decode(errors="replace").splitlines():
+                if text in line:
+                    return line.strip()
+    seen = received.decode(errors="replace").splitlines()
+    raise AssertionError(f"no line with {text!r} within {timeout}s:\n" + "\n".join(seen[-20:]))
