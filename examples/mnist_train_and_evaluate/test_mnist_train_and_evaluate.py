@@ -1,4 +1,4 @@
-"""mnist_train_and_evaluate.py: every TF_CONFIG role ends by itself, the evaluator scores the final checkpoint."""
+"""mnist_train_and_evaluate.py: every TF_CONFIG role ends by itself, the evaluator scores a checkpoint at max_steps."""
 
 import json
 import os
@@ -25,11 +25,11 @@ def test_train_and_evaluate_with_tf_config_roles(tmp_path):
         assert re.search(rf"^{task}\s+\S+\s+0 \(finished\)", summary, re.M), summary + run.describe()
     _, final_step = final_checkpoint(model_dir)
     metrics = evaluated_steps(model_dir)
-    # The evaluator records the global step restored from the checkpoint, which in async training
-    # can be past the step in the file's name (the other worker stepped between the chief's read of
-    # the step and its save): no checkpoint is newer than the final one, so this is its evaluation.
+    # The Estimator's evaluator ends after its first evaluation of a checkpoint at or past
+    # max_steps. In async training the chief's end-of-training save can follow that one, a
+    # step or two later (the other worker stepped after it), and is then not evaluated.
     last_evaluated = max(metrics, default=None)
-    assert final_step >= 400 and last_evaluated is not None and last_evaluated >= final_step, (
+    assert final_step >= 400 and last_evaluated is not None and last_evaluated >= 400, (
         final_step,
         metrics,
         run.describe(),
