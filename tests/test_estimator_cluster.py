@@ -35,21 +35,27 @@ def run_cluster(tmp_path, model: str, *extra: str):
     summary = (tmp_path / "run" / "summary.txt").read_text()
     for task in TASKS:
         assert re.search(rf"^{task}\s+\S+\s+0 \(finished\)", summary, re.M), summary + run.describe()
-    # Every task had ended when the launcher wrote its summary: within 30 s of the final checkpoint
-    # (at MAX_STEPS, or a step past it: an async worker's last update may land after the chief's).
+    # Every task had ended when the launcher wrote its summary: within the chief's work after its
+    # final checkpoint (the export) and the others' 30 s grace after the chief, not TF 1.x's
+    # 120 s start delay or 600 s throttle. The final checkpoint is at MAX_STEPS, or a step past
+    # it: an async worker's last update may land after the chief's.
     final, step = final_checkpoint(model_dir)
     assert step >= MAX_STEPS, os.listdir(model_dir)
     ended_after = os.path.getmtime(tmp_path / "run" / "summary.txt") - os.path.getmtime(final + ".index")
-    assert ended_after <= 30, f"the last task ended {ended_after:.0f}s after the final checkpoint\n{run.describe()}"
+    assert ended_after <= 60, f"the last task ended {ended_after:.0f}s after the final checkpoint\n{run.describe()}"
     return run, model_dir
 
 
 def final_metrics(model_dir, run) -> dict:
-    """The evaluator's metrics for the final checkpoint's step."""
-    _, step = final_checkpoint(model_dir)
+    """The evaluator's last metrics, which the Estimator's rule puts at or past MAX_STEPS.
+
+    Its evaluator ends after its first evaluation at or past max_steps; the chief's
+    end-of-training save can follow it by a step in async training, unevaluated.
+    """
     metrics = evaluated_steps(model_dir)
-    assert step in metrics, (step, metrics, run.describe())
-    return metrics[step]
+    last = max(metrics, default=None)
+    assert last is not None and last >= MAX_STEPS, (final_checkpoint(model_dir), metrics, run.describe())
+    return metrics[last]
 
 
 def test_canned_dnn_classifier_over_feature_columns(tmp_path):

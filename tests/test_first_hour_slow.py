@@ -2,6 +2,7 @@
 
 import json
 import os
+import re
 import subprocess
 import sys
 
@@ -11,6 +12,7 @@ from ps_toolkit.launch.task_output import PROGRESS_PREFIX
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 LAUNCHER = os.path.join(ROOT, "scripts", "launch_local.py")
+STATUS_LINE = re.compile(r"\s*\d+(\.\d+)?s step ")
 NOISE = ("cuInit", "ABORTED", "UNAVAILABLE", "Socket closed", "I0000 ", "E0000 ", "W0000 ", "absl::InitializeLog")
 
 
@@ -22,7 +24,9 @@ def test_quick_start_console_shows_the_toolkits_lines_and_the_chart_has_a_point_
     console = done.stdout + done.stderr
     assert done.returncode == 0, console
     assert not [line for line in console.splitlines() if any(word in line for word in NOISE)], console
-    assert len(console.splitlines()) < 60, console
+    # Short whatever the machine's speed: the status line comes every 5 s, so it is not counted.
+    said = [line for line in console.splitlines() if not STATUS_LINE.match(line)]
+    assert len(said) < 45, console  # 30 measured
     state = tmp_path / f"ps_toolkit-{os.getuid()}"
     (run,) = (state / "runs").iterdir()
     assert f"launcher: logs in {run}" in console

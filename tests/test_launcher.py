@@ -144,7 +144,8 @@ def started_all(count):
 
 # Success and teardown.
 def test_chief_success_stops_a_ps_that_blocks_forever(tmp_path):
-    code, output, _, argv = run_launcher([], ["--steps=5"], tmp_path)
+    # worker:1 ends by itself, however late its start: the grace period is not what this shows.
+    code, output, _, argv = run_launcher(["--grace_secs=60"], ["--steps=5"], tmp_path)
     assert code == 0, explain(argv, code, output)
     assert "succeeded: the chief (worker:0) finished with status 0" in output, explain(argv, code, output)
     summary = (tmp_path / "run" / "summary.txt").read_text()
@@ -297,7 +298,8 @@ def test_concurrent_launches_use_disjoint_ports(tmp_path):
 
 
 def test_command_mode_appends_cluster_flags_and_sets_tf_config(tmp_path):
-    code, output, _, argv = run_launcher(["--chief", "--evaluator", "--num_ps=2"], [], tmp_path)
+    # Every task starts before the chief's steps (the others are stopped a second after it ends).
+    code, output, _, argv = run_launcher(["--chief", "--evaluator", "--num_ps=2"], ["--start_after=6"], tmp_path)
     assert code == 0, explain(argv, code, output)
     seen = {}
     for record in records(tmp_path):

@@ -35,8 +35,8 @@ def test_the_ps_waits_until_the_finished_replica_has_gone():
     closed = threading.Event()
 
     def replica_exits():
+        closed.set()  # first: the close wakes the ps's wait, which may return before this thread runs again
         listener.close()
-        closed.set()
 
     timer = threading.Timer(0.5, replica_exits)
     timer.start()

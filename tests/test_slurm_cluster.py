@@ -223,7 +223,7 @@ def last_json(lines: list[str]) -> dict:
 
 
 @pytest.mark.slow
-@pytest.mark.timeout(180)
+@pytest.mark.timeout(330)  # Slurm start (60 s) + make (60 s) + the job (JOB_TIMEOUT_SECS) + cleanup
 def test_sbatch_runs_one_ps_two_workers_to_the_end(slurm, tmp_path):
     started = time.monotonic()
     slurm.start()

@@ -57,9 +57,11 @@ def test_an_unreachable_ps_is_named_early_and_again_at_a_steady_interval():
     started = time.monotonic()
     with watchdog(worker(1), reports, up={"localhost:2002"}):
         lines = reports.wait_for(3)
-    assert reports.times[0] - started < 1.5
+    # Polled each second here: reports come about 1 s apart. The bounds leave a loaded machine
+    # a second of late wake-up and still tell these from the defaults (3 s first, 10 s apart).
+    assert reports.times[0] - started < 2.5
     gaps = [b - a for a, b in zip(reports.times, reports.times[1:], strict=False)]
-    assert all(0.4 < gap < 1.6 for gap in gaps), gaps
+    assert all(0.4 < gap < 2.5 for gap in gaps), gaps
     for line in lines:
         assert "/job:worker/task:1: no progress for" in line
         assert "cannot reach /job:ps/task:0 at localhost:2001" in line

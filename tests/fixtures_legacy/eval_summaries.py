@@ -25,3 +25,12 @@ def final_checkpoint(model_dir) -> tuple[str, int]:
     if path is None:
         raise AssertionError(f"no checkpoint in {model_dir}: {os.listdir(model_dir)}")
     return path, int(path.rsplit("-", 1)[1])
+
+
+def stored_global_step(checkpoint_path: str) -> int:
+    """The global step saved inside a checkpoint: what the evaluator records its metrics under.
+
+    It can be past the step in the file's name: the chief's saver reads the step, then saves
+    the variables in a second run, and an async worker may step in between.
+    """
+    return int(tf.train.load_variable(checkpoint_path, "global_step"))
