@@ -10,9 +10,9 @@ from tests.taskrun import RUN_TASK, loopback_hosts, python_command, run_tasks
 
 
 @pytest.mark.slow
-def test_a_rerun_says_it_resumes_and_another_model_is_refused_in_one_line(tmp_path):
+def test_a_rerun_says_it_resumes_and_another_model_is_refused_in_one_line(tmp_path, request):
     ps_hosts, worker_hosts, reservation = loopback_hosts(1, 2)
-    reservation.release()
+    request.addfinalizer(reservation.release)  # held while the tasks run: no other reservation picks these ports
     hosts = [f"--ps_hosts={ps_hosts}", f"--worker_hosts={worker_hosts}"]
     env = {"TMPDIR": str(tmp_path)}  # the default --checkpoint_dir lives under it
     tasks = {

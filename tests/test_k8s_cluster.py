@@ -21,7 +21,6 @@ def operator_tf_config(cluster: dict, job: str, index: int) -> str:
 @pytest.mark.timeout(180)
 def test_operator_tf_config_trains_a_local_cluster(tmp_path):
     reservation = reserve_ports(3)
-    reservation.release()  # the tasks bind them now
     ps, *workers = (f"localhost:{port}" for port in reservation.ports)
     # The operator's addresses are per-pod Service names; on one machine, loopback ports stand in for them.
     cluster = {"ps": [ps], "worker": workers}
@@ -29,6 +28,7 @@ def test_operator_tf_config_trains_a_local_cluster(tmp_path):
     tasks = [("ps", 0), ("worker", 0), ("worker", 1)]
     commands = {f"{job}:{i}": python_command(RUN_TASK, *flags) for job, i in tasks}
     envs = {f"{job}:{i}": {"TF_CONFIG": operator_tf_config(cluster, job, i)} for job, i in tasks}
-    outcomes = run_tasks(commands, timeout=150, envs=envs)
+    with reservation:  # held while the tasks run, so that no other reservation picks these ports
+        outcomes = run_tasks(commands, timeout=150, envs=envs)
     report = assert_cluster_trained(outcomes, TRAIN_STEPS)
     assert glob.glob(f"{tmp_path}/ckpt/model.ckpt-*.index"), report

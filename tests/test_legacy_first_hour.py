@@ -20,7 +20,6 @@ ASYNC_EXAMPLE = os.path.join(REPO, "examples", "mnist_softmax_async", "mnist_sof
 def test_a_hand_run_legacy_ps_says_how_it_will_end():
     with reserve_ports(2) as reservation:
         ps, worker = (f"localhost:{port}" for port in reservation.ports)
-        reservation.release()
         argv = [sys.executable, RUN_LEGACY, ASYNC_EXAMPLE, "--job_name=ps"]
         argv += [f"--ps_hosts={ps}", f"--worker_hosts={worker}"]
         env = {k: v for k, v in os.environ.items() if k != "TF_CONFIG"}

@@ -15,7 +15,6 @@ EXIT_BOUND_SECS = 10
 
 def start_cluster(tmp_path, num_ps, num_workers, *extra, timeout=240, ps_timeout=60):
     ps_hosts, worker_hosts, reservation = loopback_hosts(num_ps, num_workers)
-    reservation.release()  # the tasks bind the ports themselves now
     common = [f"--ps_hosts={ps_hosts}", f"--worker_hosts={worker_hosts}", f"--checkpoint_dir={tmp_path}/ckpt"]
     commands = {}
     for i in range(num_ps):
@@ -24,7 +23,8 @@ def start_cluster(tmp_path, num_ps, num_workers, *extra, timeout=240, ps_timeout
         )
     for i in range(num_workers):
         commands[f"worker:{i}"] = python_command(RUN_TASK, *common, "--job_name=worker", f"--task_index={i}", *extra)
-    return run_tasks(commands, timeout=timeout)
+    with reservation:  # held while the tasks run, so that no other reservation picks these ports
+        return run_tasks(commands, timeout=timeout)
 
 
 def check_trained(outcomes, tmp_path, train_steps):
@@ -99,7 +99,6 @@ def test_layers_computed_on_two_ps_train_async_and_sync(tmp_path):
 @pytest.mark.slow
 def test_ps_gives_up_when_workers_never_come(tmp_path):
     ps_hosts, worker_hosts, reservation = loopback_hosts(1, 2)
-    reservation.release()
     command = python_command(
         RUN_TASK,
         f"--ps_hosts={ps_hosts}",
@@ -108,7 +107,8 @@ def test_ps_gives_up_when_workers_never_come(tmp_path):
         "--task_index=0",
         "--ps_orphan_timeout_secs=2",
     )
-    outcome = run_tasks({"ps": command}, timeout=60)["ps"]
+    with reservation:
+        outcome = run_tasks({"ps": command}, timeout=60)["ps"]
     assert outcome.returncode == 3, outcome.describe()
     assert "/job:worker/task:0, /job:worker/task:1" in outcome.stderr, outcome.describe()
 
@@ -116,7 +116,6 @@ def test_ps_gives_up_when_workers_never_come(tmp_path):
 @pytest.mark.slow
 def test_tf_config_roles_chief_worker_ps_evaluator(tmp_path):
     reservation = reserve_ports(4)
-    reservation.release()
     chief, worker, ps, evaluator = (f"localhost:{port}" for port in reservation.ports)
     cluster = {"chief": [chief], "worker": [worker], "ps": [ps], "evaluator": [evaluator]}
     flags = [f"--checkpoint_dir={tmp_path}/ckpt", "--train_steps=300", "--save_checkpoint_steps=100"]
@@ -124,7 +123,8 @@ def test_tf_config_roles_chief_worker_ps_evaluator(tmp_path):
     for job in cluster:
         commands[job] = python_command(RUN_TASK, *flags)
         envs[job] = {"TF_CONFIG": json.dumps({"cluster": cluster, "task": {"type": job, "index": 0}})}
-    outcomes = run_tasks(commands, timeout=240, envs=envs)
+    with reservation:
+        outcomes = run_tasks(commands, timeout=240, envs=envs)
     report = describe_all(outcomes)
     assert all(o.returncode == 0 for o in outcomes.values()), report
     assert outcomes["chief"].result()["global_step"] >= 300, report
