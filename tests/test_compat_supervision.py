@@ -11,9 +11,9 @@ CLOSES = 12
 
 def test_queue_runners_cut_off_by_the_session_close_report_nothing(in_process_cluster):
     # A queue runner stepping on the ps when its session closes gets the close's own error
-    # (cancelled mid-step, or "Session ... is not found" as it starts the next step). Under
-    # tf.train.Supervisor that error reaches the coordinator, and sv.stop() raised it as the
-    # thread's failure at the end of a sync chief's run about half the time.
+    # (cancelled mid-step, or "Session ... is not found" as it starts the next step). Reported
+    # to a coordinator still running, sv.stop() raises it as the thread's failure: a sync
+    # chief's script then ends with status 1 after training to the end.
     with tf.Graph().as_default():
         with _v1.device("/job:ps/task:0"):
             queue = _v1.FIFOQueue(1 << 22, tf.int32, shared_name="compat_supervision_close_race")
