@@ -371,7 +371,7 @@ def test_a_spare_token_from_before_the_push_does_not_free_the_replica(two_worker
     step, value0 = chief_session.run([global_step, var0])
     assert step == 1
     np.testing.assert_allclose(value0, [0.0 - 1.0, 1.0 - 1.0], rtol=1e-6)
-    assert step_or_wait(session, op) == "stepped"
+    assert step_or_wait(session, op, seconds=30) == "stepped"  # returns once stepped; the bound is for a hang
     for each in (chief_session, session):
         each.close()
 
