@@ -18,24 +18,24 @@ def cluster(task_index: int) -> ClusterConfig:
 
 
 class Peers:
-    """A probe whose answers the test sets; it counts probes so that the test can wait for the watchdog's."""
+    """A probe whose answers the test sets, up front: no test thread races the watchdog's polls."""
 
     def __init__(self):
         self.up = {PS0, PS1, WORKER0, WORKER1}
-        self._probes = {}
-        self._changed = threading.Condition()
+        self._down_for = {}
+        self._lock = threading.Lock()
 
     def __call__(self, address: str) -> bool:
-        with self._changed:
-            self._probes[address] = self._probes.get(address, 0) + 1
-            self._changed.notify_all()
+        with self._lock:
+            if self._down_for.get(address, 0) > 0:
+                self._down_for[address] -= 1
+                return False
             return address in self.up
 
-    def wait_probed(self, address: str, times: int = 2, timeout: float = 10.0) -> None:
-        """Waits until ``address`` has been probed ``times`` more times than now."""
-        with self._changed:
-            target = self._probes.get(address, 0) + times
-            assert self._changed.wait_for(lambda: self._probes.get(address, 0) >= target, timeout=timeout)
+    def down_for(self, address: str, probes: int) -> None:
+        """``address`` answers its next ``probes`` probes as down, then as before: a restart, timed by the probes."""
+        with self._lock:
+            self._down_for[address] = probes
 
 
 def blocked_replica(task_index: int, peers: Peers, exits: list, exited: threading.Event):
@@ -57,9 +57,7 @@ def test_a_ps_restarted_while_the_replica_waited_is_named_with_its_times():
     peers, exits, exited = Peers(), [], threading.Event()
     with blocked_replica(1, peers, exits, exited) as dog:
         dog.beat(300)
-        peers.up.discard(PS1)  # ps:1 killed
-        peers.wait_probed(PS1)
-        peers.up.add(PS1)  # and restarted on its port
+        peers.down_for(PS1, 2)  # ps:1 killed, and restarted on its port after two probes
         assert exited.wait(timeout=10)
     message = exits[0]
     assert "at global step 300 while waiting for a token from the chief's aggregation" in message, message
