@@ -5,11 +5,9 @@ Every row records what it measured (recovery seconds, steps lost) in
 how docs/reliability.md gets its figures.
 """
 
-import contextlib
 import json
 import os
 import re
-import signal
 import subprocess
 import sys
 import time
@@ -19,12 +17,16 @@ import pytest
 from ps_toolkit.base.errors import EXIT_ORPHANED, EXIT_RETRYABLE
 from ps_toolkit.cluster.preflight import reachable
 from ps_toolkit.launch.local_cluster import LocalCluster
+from ps_toolkit.process.fork_client import TaskStarter
+from ps_toolkit.process.group import ProcessGroup
 from ps_toolkit.task.checkpoints import checkpoint_problem, prepare_checkpoint_dir
 from tests import logwatch
+from tests.taskrun import REPO
 
 pytestmark = pytest.mark.slow
 CHECKPOINT_EVERY = 50
 RECOVERY_BOUND_SECS = 10
+RUN_LEGACY = os.path.join(REPO, "scripts", "run_legacy.py")
 
 
 def record(row: str, **figures):
@@ -222,18 +224,23 @@ def test_kill_during_checkpoint_saves_leaves_a_loadable_checkpoint(tmp_path):
     script.write_text(SAVER_SCRIPT)
     ckpt = tmp_path / "ckpt"
     ckpt.mkdir()
+    # Through run_legacy.py, so each round forks from the test's fork server instead of importing TensorFlow.
+    command = [sys.executable, RUN_LEGACY, str(script), str(ckpt)]
     env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3")
     for round_index in range(5):
-        proc = subprocess.Popen([sys.executable, str(script), str(ckpt)], stdout=subprocess.PIPE, env=env, text=True)
-        try:
-            assert proc.stdout.readline().strip() == "saved"
+        with ProcessGroup(TaskStarter("fork"), stop_grace_secs=0.0) as group:
+            out = []
+            saver = group.start("saver", command, env=env, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
+            group.add_pipe(saver.stdout, out.append)
+            deadline = time.monotonic() + 120
+            while b"saved\n" not in b"".join(out):
+                assert group.alive("saver") and time.monotonic() < deadline, (round_index, b"".join(out))
+                group.poll(deadline - time.monotonic())
             # Let it save for a different time each round, so the kill lands at
             # a different point of the save cycle (the process never ends by itself).
-            with contextlib.suppress(subprocess.TimeoutExpired):
-                proc.wait(timeout=0.3 + 0.17 * round_index)
-        finally:
-            proc.send_signal(signal.SIGKILL)
-            proc.wait(timeout=30)
+            assert group.wait(["saver"], time.monotonic() + 0.3 + 0.17 * round_index)["saver"] is None
+            group.kill("saver")
+            assert group.wait(["saver"], time.monotonic() + 30)["saver"] is not None
         newest = prepare_checkpoint_dir(str(ckpt))
         assert newest is not None and checkpoint_problem(newest) is None, (round_index, newest)
     record("kill -9 during checkpoint saves, 5 times", always_loadable=True)
