@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import inspect
 import logging
+import weakref
 
 import tensorflow as tf
 
@@ -81,21 +82,25 @@ def release_sync_replicas(session) -> None:
         log.warning("could not release the sync replicas: %s", str(err).splitlines()[0])
 
 
-def _release_on_close(session, coordinator):
-    """Makes ``session.close()`` (and so ``with session:``) release sync replicas and stop ``coordinator`` first.
+def _release_on_close(session, supervisor):
+    """Makes ``session.close()`` (and so ``with session:``) release sync replicas and stop the coordinator first.
 
-    Stopping the coordinator before the close is ``managed_session``'s order:
-    a queue-runner thread that the close cuts off (cancelled mid-step, or
-    starting its next step as the ps drops the session: "Session ... is not
-    found") then reports to a coordinator that has already stopped, which
-    records nothing, so ``Supervisor.stop()`` does not raise the close's own
-    error as the thread's.
+    Stopping ``supervisor``'s coordinator before the close is
+    ``managed_session``'s order: a queue-runner thread that the close cuts off
+    (cancelled mid-step, or starting its next step as the ps drops the
+    session: "Session ... is not found") then reports to a coordinator that
+    has already stopped, which records nothing, so ``Supervisor.stop()`` does
+    not raise the close's own error as the thread's. Only the first close of
+    the supervisor's latest session does it: closing an older session again,
+    or its garbage collection, must not stop the one training now.
     """
     original_close = session.close
 
     def close():
-        release_sync_replicas(session)
-        coordinator.request_stop()
+        if not tf_internals.session_closed(session):
+            release_sync_replicas(session)
+            if supervisor.latest_session() is session:
+                supervisor.coord.request_stop()
         original_close()
 
     session.close = close
@@ -144,7 +149,13 @@ class Supervisor(_v1.train.Supervisor):
 
     def prepare_or_wait_for_session(self, master="", config=None, *args, **kwargs):
         session = super().prepare_or_wait_for_session(master, filled_config(config), *args, **kwargs)
-        return _release_on_close(session, self.coord)
+        self._latest_session = weakref.ref(session)
+        return _release_on_close(session, self)
+
+    def latest_session(self):
+        """The session this supervisor made last, while it exists; else None."""
+        latest = getattr(self, "_latest_session", None)
+        return latest() if latest is not None else None
 
     def stop(self, threads=None, close_summary_writer=True, ignore_live_threads=True):
         # A sync chief's aggregating queue runner is blocked on gradients that

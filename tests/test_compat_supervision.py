@@ -1,5 +1,8 @@
 """The compat Supervisor's sessions: closing one cuts off its queue runners without an error to report."""
 
+import gc
+import time
+
 import pytest
 
 tf = pytest.importorskip("tensorflow")
@@ -23,11 +26,30 @@ def test_queue_runners_cut_off_by_the_session_close_report_nothing(in_process_cl
         for _ in range(CLOSES):
             with supervisor.prepare_or_wait_for_session(in_process_cluster.targets["worker"][0]) as session:
                 threads = supervisor.start_queue_runners(session, [runner])
-                before = session.run(size)
-                # Bounded: the runner enqueues thousands a second; the session's step timeout ends a stall.
-                options = _v1.RunOptions(timeout_in_ms=10_000)
-                while session.run(size, options=options) < before + 100:
-                    pass
+                options = _v1.RunOptions(timeout_in_ms=10_000)  # each run bounded; the loop by its deadline
+                before = session.run(size, options=options)
+                deadline = time.monotonic() + 30
+                while session.run(size, options=options) < before + 100:  # the runner enqueues thousands a second
+                    assert time.monotonic() < deadline and all(t.is_alive() for t in threads), "the runner stopped"
             # join() raises the first error a thread reported; stop() would hide a CancelledError.
             supervisor.coord.join(threads, stop_grace_period_secs=10)
             supervisor.stop()
+
+
+def test_only_the_latest_sessions_first_close_stops_the_coordinator():
+    # A script's retry loop makes one session after another: closing an older one again, or its
+    # garbage collection (a session in a reference cycle is finalized whenever the collector runs),
+    # must not stop the training of the session made since.
+    with tf.Graph().as_default():
+        supervisor = Supervisor(logdir=None, init_op=_v1.global_variables_initializer(), summary_op=None, saver=None)
+        closed_first = supervisor.prepare_or_wait_for_session("")
+        closed_first.close()
+        never_closed = supervisor.prepare_or_wait_for_session("")
+        current = supervisor.prepare_or_wait_for_session("")
+        closed_first.close()  # again: a no-op in TF 1.x
+        del closed_first, never_closed
+        gc.collect()
+        assert not supervisor.should_stop()
+        current.close()
+        assert supervisor.should_stop()
+        supervisor.stop()
