@@ -145,6 +145,7 @@ class Supervisor(_v1.train.Supervisor):
     def __init__(self, *args, **kwargs):
         kwargs.setdefault("recovery_wait_secs", READINESS_POLL_SECS)
         kwargs.setdefault("stop_grace_secs", STOP_GRACE_SECS)
+        self._latest_session = None  # a weak reference: a session the script dropped is not kept alive
         super().__init__(*args, **kwargs)
 
     def prepare_or_wait_for_session(self, master="", config=None, *args, **kwargs):
@@ -154,8 +155,7 @@ class Supervisor(_v1.train.Supervisor):
 
     def latest_session(self):
         """The session this supervisor made last, while it exists; else None."""
-        latest = getattr(self, "_latest_session", None)
-        return latest() if latest is not None else None
+        return self._latest_session() if self._latest_session is not None else None
 
     def stop(self, threads=None, close_summary_writer=True, ignore_live_threads=True):
         # A sync chief's aggregating queue runner is blocked on gradients that
