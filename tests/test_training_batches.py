@@ -36,7 +36,7 @@ def _counting(definition, delivered: list):
 
 @pytest.mark.parametrize("sync", [False, True], ids=["async", "sync"])
 def test_each_step_of_a_run_takes_a_new_batch(tmp_path, sync):
-    delivered = []
+    delivered, steps_seen = [], []
     config = TrainConfig(
         train_steps=40, steps_per_run=20, batch_size=32, sync_replicas=sync, checkpoint_dir=str(tmp_path)
     )
@@ -46,10 +46,13 @@ def test_each_step_of_a_run_takes_a_new_batch(tmp_path, sync):
             cluster.targets["worker"][0],
             config,
             _counting(classifiers.definition("softmax"), delivered),
+            on_progress=steps_seen.append,
         )
+    # The first run takes one step, so the replica's first step is seen at once; then whole runs.
+    assert steps_seen[:2] == [1, 21], steps_seen
     assert result["global_step"] == 40
     assert result["local_steps"] >= 40
-    # Prefetching may take one batch ahead of the steps; never one per session.run (2 or 3 runs here).
+    # Prefetching may take one batch ahead of the steps; never one per session.run (3 or 4 runs here).
     assert result["local_steps"] <= len(delivered) <= result["local_steps"] + 3, (len(delivered), result)
     assert set(delivered) == {32}
     # The last run took steps: the loss reported is a real one (a run of no step reported 0.0).

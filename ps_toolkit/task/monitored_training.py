@@ -22,7 +22,7 @@ from ps_toolkit.task.sessions import FastWorkerSessionCreator, LiveStateChiefSes
 from ps_toolkit.task.watchdog import ProgressWatchdog
 from ps_toolkit.training import multi_step, replica_graph
 from ps_toolkit.training.config import TrainConfig
-from ps_toolkit.training.evaluation import write_summary
+from ps_toolkit.training.evaluation import FinalEvaluationHook, write_summary
 from ps_toolkit.training.hooks import ProgressHook, StopAtLastStepHook
 from ps_toolkit.training.model_api import ModelDefinition
 from ps_toolkit.training.replica_graph import TrainGraph
@@ -83,9 +83,19 @@ def _step_dependency(cluster: ClusterConfig, config: TrainConfig) -> str:
 
 
 def _steps_feed(graph: TrainGraph, config: TrainConfig, cluster: ClusterConfig, progress: ProgressHook):
-    """How many steps the next run takes: fewer near the end, so the replicas stop near train_steps."""
-    if graph.multi_step is None or config.sync_replicas:
-        # A sync loop stops by itself at the last step: every replica takes every step.
+    """How many steps the next run takes: one in the first run, fewer near the end (async).
+
+    The first run takes one step so that the replica's first step is seen
+    (its progress line, the watchdog's beat) as soon as it is done, not a
+    whole in-graph loop later. Near the end an async replica takes its share
+    of what is left, so the replicas stop near train_steps; a sync loop stops
+    by itself at the last step, since every replica takes every step.
+    """
+    if graph.multi_step is None:
+        return None
+    if not progress.local_steps:
+        return {graph.multi_step.num_steps: 1}
+    if config.sync_replicas:
         return None
     count = multi_step.steps_for_next_run(
         progress.last_global_step or 0, config.train_steps, cluster.num_replicas, config.steps_per_run
@@ -105,8 +115,10 @@ def train(
 
     ``target`` is the session target, or a function that starts this task's
     server and returns its target: it is called once the training graph is
-    built, so a model that breaks the contract (ConfigError) is reported
-    before anyone can wait for this task, without building the graph twice.
+    built, so a model whose TRAIN mode breaks the contract (ConfigError) is
+    reported before anyone can wait for this task, without building the graph
+    twice. The final evaluation's graph is built after the first run
+    (``FinalEvaluationHook``): an EVAL mode that breaks it ends the task then.
 
     Returns the task's result record: job, task, global_step, local_steps,
     first_loss, final_loss, eval (every metric of the final evaluation, when
@@ -118,14 +130,15 @@ def train(
         graph = replica_graph.build(cluster, config, definition)
         if cluster.is_chief and config.checkpoint_dir:  # a checkpoint of another model: exit 2 now, said in one line
             checkpoints.check_model_matches_checkpoint(config.checkpoint_dir, tf.compat.v1.global_variables())
-        progress = _progress_hook(cluster, config, graph, on_progress)
-        hooks = _hooks(cluster, config, graph, progress)
         if callable(target):
             target = target()
+        progress = _progress_hook(cluster, config, graph, on_progress)
+        evaluation = _final_evaluation(cluster, config, definition, graph, target, session_config)
+        hooks = _hooks(cluster, config, graph, progress, evaluation)
         _run_session(cluster, target, config, graph, hooks, progress, session_config)
         if progress.local_steps:
             progress.emit()
-        metrics = graph.evaluation.metrics if graph.evaluation else None
+        metrics = evaluation.metrics if evaluation else None
         if cluster.is_chief and metrics and config.checkpoint_dir:
             _write_eval_summary(config.checkpoint_dir, progress.last_global_step, metrics)
     return {
@@ -158,7 +171,24 @@ def _progress_hook(cluster: ClusterConfig, config: TrainConfig, graph: TrainGrap
     return progress
 
 
-def _hooks(cluster: ClusterConfig, config: TrainConfig, graph: TrainGraph, progress: ProgressHook) -> list:
+def _final_evaluation(
+    cluster, config: TrainConfig, definition: ModelDefinition, graph: TrainGraph, target: str, session_config
+):
+    """The hook that evaluates the model at the end (``config.eval_steps`` batches at most), when it has an
+    eval_input_fn; else None."""
+    if definition.eval_input_fn is None:
+        return None
+    return FinalEvaluationHook(
+        definition,
+        target,
+        device=cluster.device,
+        partitioner=graph.partitioner,
+        session_config=session_config,
+        max_batches=config.eval_steps,
+    )
+
+
+def _hooks(cluster: ClusterConfig, config: TrainConfig, graph: TrainGraph, progress: ProgressHook, evaluation) -> list:
     """Every hook of the session: the graph's, the stops, the NaN check, progress, evaluation; on the chief,
     the step guard first and the checkpoint and summary savers."""
     hooks = [
@@ -167,7 +197,7 @@ def _hooks(cluster: ClusterConfig, config: TrainConfig, graph: TrainGraph, progr
         *([StopAtLastStepHook(graph.multi_step.global_step, config.train_steps)] if graph.multi_step else []),
         tf.compat.v1.train.NanTensorHook(graph.loss),
         progress,
-        *([graph.evaluation] if graph.evaluation else []),
+        *([evaluation] if evaluation else []),
     ]
     if cluster.is_chief:
         guard = step_guard.chief_hook(cluster, config, graph)

@@ -21,6 +21,7 @@ import tensorflow as tf
 
 from ps_toolkit.base.errors import ConfigError, RetryableError
 from ps_toolkit.cluster.config import ClusterConfig
+from ps_toolkit.placement.strategies import VARIABLE_OPS
 from ps_toolkit.training.config import TrainConfig
 from ps_toolkit.training.model_api import ModeKeys, ModelDefinition, function_name
 from ps_toolkit.training.model_calls import call_input_fn, call_model_fn
@@ -77,20 +78,63 @@ def build_eval_graph(definition: ModelDefinition, partitioner=None, reuse=None) 
 
 
 class FinalEvaluationHook(tf.compat.v1.train.SessionRunHook):
-    """Evaluates the trained model once, when the session ends normally; ``metrics`` holds the result."""
+    """Evaluates the trained model once, when the session ends normally; ``metrics`` holds the result.
 
-    def __init__(self, eval_graph: EvalGraph, max_batches: int | None = None):
-        self._eval_graph = eval_graph
-        self._max_batches = max_batches
+    The evaluation has a graph of its own, run in a session of its own on the
+    training session's ``target``: the training graph, which every replica
+    builds before its first step, does not carry it. It is built after this
+    replica's first run, so an EVAL mode that breaks the model_fn contract
+    stops the task then, not when training ends. Its variables are the
+    training graph's, each placed on the device training placed it on, where
+    the servers share it by name. A variable only the EVAL mode creates was
+    never trained: it is made on this replica and initialized there, like the
+    metrics' counters.
+    """
+
+    def __init__(
+        self,
+        definition: ModelDefinition,
+        target: str,
+        *,
+        device: str,
+        partitioner=None,
+        session_config=None,
+        max_batches: int | None = None,
+    ):
+        self._definition, self._target, self._device = definition, target, device
+        self._partitioner, self._session_config, self._max_batches = partitioner, session_config, max_batches
+        self._variable_devices: dict[str, str] = {}
+        self._built: tuple | None = None  # (graph, EvalGraph, initializer of the variables made here)
         self.metrics: dict | None = None
 
+    def begin(self):
+        graph = tf.compat.v1.get_default_graph()
+        self._variable_devices = {op.name: op.device for op in graph.get_operations() if op.type in VARIABLE_OPS}
+
+    def after_run(self, run_context, run_values):
+        if self._built is None:
+            self._built = self._build()
+
     def end(self, session):
-        self.metrics = self._eval_graph.run(session, self._max_batches)
+        graph, eval_graph, own_variables_init = self._built or self._build()
+        with tf.compat.v1.Session(self._target, graph=graph, config=self._session_config) as eval_session:
+            eval_session.run(own_variables_init)
+            self.metrics = eval_graph.run(eval_session, self._max_batches)
 
+    def _build(self) -> tuple:
+        graph = tf.Graph()
+        with graph.as_default(), tf.compat.v1.device(self._place):
+            tf.compat.v1.train.get_or_create_global_step()
+            eval_graph = build_eval_graph(self._definition, self._partitioner)
+            own = [v for v in tf.compat.v1.global_variables() if v.op.name not in self._variable_devices]
+            own_variables_init = tf.compat.v1.variables_initializer(own)
+        graph.finalize()
+        return graph, eval_graph, own_variables_init
 
-def final_evaluation_hook(definition: ModelDefinition, partitioner=None, max_batches: int | None = None):
-    """A FinalEvaluationHook over the model's variables, which must already exist."""
-    return FinalEvaluationHook(build_eval_graph(definition, partitioner, reuse=tf.compat.v1.AUTO_REUSE), max_batches)
+    def _place(self, op) -> str:
+        if op.type in VARIABLE_OPS:
+            return self._variable_devices.get(op.name, self._device)
+        return self._device
 
 
 def evaluate_checkpoints(

@@ -30,7 +30,6 @@ from ps_toolkit.cluster.config import ClusterConfig
 from ps_toolkit.placement import near_weights, strategies
 from ps_toolkit.training import multi_step, optimizers, packed_transfer
 from ps_toolkit.training.config import TrainConfig
-from ps_toolkit.training.evaluation import FinalEvaluationHook, final_evaluation_hook
 from ps_toolkit.training.hooks import SyncReleaseHook, SyncReplicasHook
 from ps_toolkit.training.input_pipeline import train_batches
 from ps_toolkit.training.model_api import ModeKeys, ModelDefinition
@@ -48,8 +47,8 @@ class TrainGraph:
     train_op: tf.Operation
     loss: tf.Tensor
     hooks: list
-    evaluation: FinalEvaluationHook | None
     scaffold: tf.compat.v1.train.Scaffold
+    partitioner: object  # how the model's large variables were split (None: not split); evaluation splits them alike
     multi_step: multi_step.MultiStep | None = None  # when the toolkit runs several steps per session.run
     learning_rate: float | None = None  # None: the model_fn's own train_op
 
@@ -61,11 +60,10 @@ def build(cluster: ClusterConfig, config: TrainConfig, definition: ModelDefiniti
     runs_near = _near_rule(cluster, config, partitioned=partitioner is not None)
     with tf.compat.v1.device(device_fn):
         global_step = tf.compat.v1.train.get_or_create_global_step()
-    next_batch, input_hook = train_batches(cluster, config, definition)
-    hooks = [input_hook]
+    next_batch, iterator_initializer = train_batches(cluster, config, definition)
     with tf.compat.v1.device(device_fn), near_weights.rule_in_effect(runs_near):
         first = call_model_fn(definition, *next_batch(), ModeKeys.TRAIN, partitioner=partitioner)
-        hooks += first.training_hooks
+        hooks = list(first.training_hooks)
         if first.train_op is not None:
             _log_levers_not_applied(config)
             train_op, loss, multi_step, learning_rate = first.train_op, first.loss, None, None
@@ -91,17 +89,14 @@ def build(cluster: ClusterConfig, config: TrainConfig, definition: ModelDefiniti
             step = _StepBuilder(cluster, config, global_step, optimizer, loss_fn, trained, sparse, hooks)
             train_op, loss, multi_step = step.build()
         tf.compat.v1.summary.scalar("loss", loss)
-    evaluation = None
-    if definition.eval_input_fn is not None:
-        with tf.compat.v1.device(cluster.device):
-            evaluation = final_evaluation_hook(definition, partitioner)
     if cluster.is_chief:
         strategies.log_placement_report(strategies.placement_report(num_ps=cluster.num_ps), log)
     scaffold = tf.compat.v1.train.Scaffold(
         saver=tf.compat.v1.train.Saver(max_to_keep=5, sharded=True),
         ready_for_local_init_op=_ready_for_local_init(cluster, hooks),
+        local_init_op=_local_init_op(iterator_initializer),
     )
-    return TrainGraph(global_step, train_op, loss, hooks, evaluation, scaffold, multi_step, learning_rate)
+    return TrainGraph(global_step, train_op, loss, hooks, scaffold, partitioner, multi_step, learning_rate)
 
 
 def _near_rule(cluster: ClusterConfig, config: TrainConfig, *, partitioned: bool):
@@ -124,6 +119,16 @@ def _ready_for_local_init(cluster: ClusterConfig, hooks: list):
         return None
     variables = tf.compat.v1.report_uninitialized_variables(tf.compat.v1.global_variables())
     return tf.concat([variables, sync[0].optimizer.aggregation_not_ready_op()], 0)
+
+
+def _local_init_op(iterator_initializer) -> tf.Operation:
+    """The Scaffold's local init (the model's LOCAL_INIT_OP, else TensorFlow's default) and the input's start.
+
+    The input starts in the run that initializes the local variables on each
+    session creation: a run of its own would cost one more graph registration.
+    """
+    local_init = tf.compat.v1.get_collection(tf.compat.v1.GraphKeys.LOCAL_INIT_OP)
+    return tf.group(*(local_init or [tf.compat.v1.train.Scaffold.default_local_init_op()]), iterator_initializer)
 
 
 def _log_levers_not_applied(config: TrainConfig) -> None:
