@@ -1,6 +1,7 @@
 """The final evaluation: a graph of its own, built after the first run, over the variables training placed."""
 
 import dataclasses
+import threading
 
 import pytest
 import tensorflow as tf
@@ -28,6 +29,32 @@ def _with_eval_only_variable(features, labels, mode, params):
 def _without_eval_loss(features, labels, mode, params):
     spec = classifiers.classifier_model_fn(features, labels, mode, params)
     return ModelSpec(mode, predictions=spec.predictions) if mode == ModeKeys.EVAL else spec
+
+
+def _counting_in_every_mode(features, labels, mode, params):
+    """A metric built in every mode, as TensorFlow's custom-estimator guide does: ``seen`` counts examples."""
+    spec = classifiers.classifier_model_fn(features, labels, mode, params)
+    everything = tf.ones_like(labels, dtype=tf.bool)
+    seen = tf.compat.v1.metrics.true_positives(everything, everything, name="seen")
+    if mode != ModeKeys.EVAL:
+        return spec
+    return dataclasses.replace(spec, eval_metric_ops={**spec.eval_metric_ops, "seen": seen})
+
+
+class _LocalVariableHook(tf.compat.v1.train.SessionRunHook):
+    """Makes a local variable in begin(), which TensorFlow allows: the graph is not final yet."""
+
+    def begin(self):
+        runs = tf.compat.v1.get_local_variable("hook_runs", initializer=tf.constant(0, tf.int64))
+        self._count = runs.assign_add(1)
+
+    def before_run(self, run_context):
+        return tf.compat.v1.train.SessionRunArgs(self._count)
+
+
+def _with_local_variable_hook(features, labels, mode, params):
+    spec = classifiers.classifier_model_fn(features, labels, mode, params)
+    return dataclasses.replace(spec, training_hooks=[_LocalVariableHook()]) if mode == ModeKeys.TRAIN else spec
 
 
 def _train(definition, tmp_path, num_ps, steps_seen=None, **config):
@@ -67,3 +94,44 @@ def test_an_endless_eval_dataset_is_evaluated_for_eval_steps_batches(tmp_path):
     definition = dataclasses.replace(SOFTMAX, eval_input_fn=repeated)
     result = _train(definition, tmp_path, num_ps=1, train_steps=40, steps_per_run=20, eval_steps=3)
     assert result["eval"]["accuracy"] > 0.5, result
+
+
+def test_each_replica_counts_its_own_evaluation_when_train_mode_made_the_same_metric(tmp_path):
+    """The TRAIN call's metric variables sit on a ps (the device setter places by op type); the
+    evaluations of two replicas, at the same time, must not count into them together."""
+    passes = 5
+
+    def repeated(params=None):
+        return SOFTMAX.eval_input_fn().repeat(passes)
+
+    definition = dataclasses.replace(SOFTMAX, model_fn=_counting_in_every_mode, eval_input_fn=repeated)
+    examples = passes * sum(int(labels.shape[0]) for _, labels in SOFTMAX.eval_input_fn())
+    config = TrainConfig(
+        checkpoint_dir=str(tmp_path), batch_size=32, train_steps=30, steps_per_run=1, sync_replicas=True
+    )
+    results = {}
+    with InProcessCluster(num_ps=2, num_workers=2) as cluster:
+
+        def train(index):
+            try:
+                results[index] = monitored_training.train(
+                    cluster.cluster_config("worker", index), cluster.targets["worker"][index], config, definition
+                )
+            except Exception as err:  # reported below, with the other replica's result
+                results[index] = err
+
+        replicas = [threading.Thread(target=train, args=(index,)) for index in range(2)]
+        for replica in replicas:
+            replica.start()
+        for replica in replicas:
+            replica.join(240)
+        assert not any(replica.is_alive() for replica in replicas), results
+    for index in range(2):
+        assert isinstance(results[index], dict), results
+        assert results[index]["eval"]["seen"] == examples, results
+
+
+def test_a_local_variable_a_training_hook_makes_in_begin_is_initialized(tmp_path):
+    definition = dataclasses.replace(SOFTMAX, model_fn=_with_local_variable_hook)
+    result = _train(definition, tmp_path, num_ps=1, train_steps=20, steps_per_run=20)
+    assert result["global_step"] == 20, result

@@ -31,9 +31,11 @@ def run_task(
 
     ``load_definition`` is called only by the tasks that build the model, and
     before their server starts: a missing module, data set or a model_fn that
-    returns no loss is reported before anyone waits for this task (a training
-    replica builds its graph before it starts its server; the evaluator and an
-    export check theirs in a scratch graph).
+    returns no loss in TRAIN mode is reported before anyone waits for this task
+    (a training replica builds its graph before it starts its server; the
+    evaluator and an export check theirs in a scratch graph). A training
+    replica's EVAL mode is built after its first step, and a break there ends
+    the task then (``FinalEvaluationHook``).
     """
     if cluster.task_type == PS:
         result = _serve(cluster, ps_orphan_timeout_secs)

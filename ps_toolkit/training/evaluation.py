@@ -85,10 +85,11 @@ class FinalEvaluationHook(tf.compat.v1.train.SessionRunHook):
     builds before its first step, does not carry it. It is built after this
     replica's first run, so an EVAL mode that breaks the model_fn contract
     stops the task then, not when training ends. Its variables are the
-    training graph's, each placed on the device training placed it on, where
-    the servers share it by name. A variable only the EVAL mode creates was
-    never trained: it is made on this replica and initialized there, like the
-    metrics' counters.
+    training graph's global variables, each placed on the device training
+    placed it on, where the servers share it by name. A global variable only
+    the EVAL mode creates was never trained: it is made on this replica and
+    initialized there, like the metrics' local variables, which are this
+    replica's alone even when TRAIN mode made some of the same name.
     """
 
     def __init__(
@@ -108,8 +109,10 @@ class FinalEvaluationHook(tf.compat.v1.train.SessionRunHook):
         self.metrics: dict | None = None
 
     def begin(self):
-        graph = tf.compat.v1.get_default_graph()
-        self._variable_devices = {op.name: op.device for op in graph.get_operations() if op.type in VARIABLE_OPS}
+        # Global variables only: a metric the model also builds in TRAIN mode has local
+        # variables of the same names, placed on a ps by the device setter; shared there,
+        # every replica's evaluation would count into the same totals.
+        self._variable_devices = {v.op.name: v.device for v in tf.compat.v1.global_variables()}
 
     def after_run(self, run_context, run_values):
         if self._built is None:

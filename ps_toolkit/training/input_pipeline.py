@@ -10,6 +10,16 @@ from ps_toolkit.training.model_api import InputContext, ModelDefinition, functio
 from ps_toolkit.training.model_calls import call_input_fn
 
 
+class IteratorInitHook(tf.compat.v1.train.SessionRunHook):
+    """Initializes a dataset iterator each time a session is (re)created."""
+
+    def __init__(self, initializer):
+        self._initializer = initializer
+
+    def after_create_session(self, session, coord):
+        session.run(self._initializer)
+
+
 def input_context(cluster: ClusterConfig, config: TrainConfig) -> InputContext:
     """What this replica's input_fn is told: the number of replicas, its index, its batch size."""
     return InputContext(
@@ -20,13 +30,11 @@ def input_context(cluster: ClusterConfig, config: TrainConfig) -> InputContext:
 
 
 def train_batches(cluster: ClusterConfig, config: TrainConfig, definition: ModelDefinition):
-    """(next_batch, initializer): ``next_batch()`` builds a get-next op and returns (features, labels).
+    """(next_batch, init hook): ``next_batch()`` builds a get-next op and returns (features, labels).
 
     Call it where the batch is used: inside an in-graph loop's body each
     iteration then takes a new batch; a batch tensor made outside the loop
     would enter it as a constant, and every step of a run would train on one batch.
-    The initializer must run each time a session is (re)created: it belongs in
-    the scaffold's local_init_op.
     """
     with tf.compat.v1.device(cluster.device):
         dataset = call_input_fn(
@@ -41,4 +49,4 @@ def train_batches(cluster: ClusterConfig, config: TrainConfig, definition: Model
         with tf.compat.v1.device(cluster.device):
             return iterator.get_next()
 
-    return next_batch, iterator.initializer
+    return next_batch, IteratorInitHook(iterator.initializer)

@@ -3,7 +3,10 @@
 A missing metric, a dataset of the wrong structure, a model_fn that raises:
 each is reported as one line while nobody waits for this task yet, instead
 of after the cluster has come up or training has ended. A training replica
-needs no scratch graph: it builds its real graph before its server starts.
+needs no scratch graph: it builds its training graph before its server
+starts, and its final evaluation's graph after its first step, which is
+where an EVAL mode that breaks the contract ends it (a scratch graph before
+the server would cost every start the time that evaluation graph takes).
 """
 
 from __future__ import annotations

@@ -60,10 +60,11 @@ def build(cluster: ClusterConfig, config: TrainConfig, definition: ModelDefiniti
     runs_near = _near_rule(cluster, config, partitioned=partitioner is not None)
     with tf.compat.v1.device(device_fn):
         global_step = tf.compat.v1.train.get_or_create_global_step()
-    next_batch, iterator_initializer = train_batches(cluster, config, definition)
+    next_batch, input_hook = train_batches(cluster, config, definition)
+    hooks = [input_hook]
     with tf.compat.v1.device(device_fn), near_weights.rule_in_effect(runs_near):
         first = call_model_fn(definition, *next_batch(), ModeKeys.TRAIN, partitioner=partitioner)
-        hooks = list(first.training_hooks)
+        hooks += first.training_hooks
         if first.train_op is not None:
             _log_levers_not_applied(config)
             train_op, loss, multi_step, learning_rate = first.train_op, first.loss, None, None
@@ -94,7 +95,6 @@ def build(cluster: ClusterConfig, config: TrainConfig, definition: ModelDefiniti
     scaffold = tf.compat.v1.train.Scaffold(
         saver=tf.compat.v1.train.Saver(max_to_keep=5, sharded=True),
         ready_for_local_init_op=_ready_for_local_init(cluster, hooks),
-        local_init_op=_local_init_op(iterator_initializer),
     )
     return TrainGraph(global_step, train_op, loss, hooks, scaffold, partitioner, multi_step, learning_rate)
 
@@ -119,16 +119,6 @@ def _ready_for_local_init(cluster: ClusterConfig, hooks: list):
         return None
     variables = tf.compat.v1.report_uninitialized_variables(tf.compat.v1.global_variables())
     return tf.concat([variables, sync[0].optimizer.aggregation_not_ready_op()], 0)
-
-
-def _local_init_op(iterator_initializer) -> tf.Operation:
-    """The Scaffold's local init (the model's LOCAL_INIT_OP, else TensorFlow's default) and the input's start.
-
-    The input starts in the run that initializes the local variables on each
-    session creation: a run of its own would cost one more graph registration.
-    """
-    local_init = tf.compat.v1.get_collection(tf.compat.v1.GraphKeys.LOCAL_INIT_OP)
-    return tf.group(*(local_init or [tf.compat.v1.train.Scaffold.default_local_init_op()]), iterator_initializer)
 
 
 def _log_levers_not_applied(config: TrainConfig) -> None:
