@@ -145,13 +145,32 @@ class Supervisor(_v1.train.Supervisor):
     def __init__(self, *args, **kwargs):
         kwargs.setdefault("recovery_wait_secs", READINESS_POLL_SECS)
         kwargs.setdefault("stop_grace_secs", STOP_GRACE_SECS)
+        self._closed_threads_grace_secs = kwargs["stop_grace_secs"]
         self._latest_session = None  # a weak reference: a session the script dropped is not kept alive
         super().__init__(*args, **kwargs)
 
     def prepare_or_wait_for_session(self, master="", config=None, *args, **kwargs):
+        self._join_threads_of_closed_sessions()
         session = super().prepare_or_wait_for_session(master, filled_config(config), *args, **kwargs)
         self._latest_session = weakref.ref(session)
         return _release_on_close(session, self)
+
+    def _join_threads_of_closed_sessions(self) -> None:
+        """Waits, at most ``stop_grace_secs``, for the threads of the session closed before the next is made.
+
+        ``prepare_or_wait_for_session`` clears the coordinator. A queue runner
+        of the closed session still winding down would report its cut-off into
+        the cleared coordinator and stop the new session before its first
+        step. What those threads report is dropped, as TF 1.x's clear_stop
+        drops it, and logged. A session still open (the coordinator not
+        stopped) keeps its threads running, as in TF 1.x.
+        """
+        if not self.coord.should_stop():
+            return
+        try:
+            self.coord.join(stop_grace_period_secs=self._closed_threads_grace_secs, ignore_live_threads=True)
+        except Exception as err:  # noqa: BLE001 -- whatever a closed session's thread reported is not this session's
+            log.info("a thread of the closed session ended with: %s", str(err).splitlines()[0] if str(err) else err)
 
     def latest_session(self):
         """The session this supervisor made last, while it exists; else None."""

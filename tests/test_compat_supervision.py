@@ -53,3 +53,28 @@ def test_only_the_latest_sessions_first_close_stops_the_coordinator():
         current.close()
         assert supervisor.should_stop()
         supervisor.stop()
+
+
+def test_sessions_made_back_to_back_without_a_stop_each_train(in_process_cluster):
+    # A script may make its next session as soon as it closed the last, without sv.stop()
+    # or a join: the closed session's queue-runner threads, still winding down, must not
+    # report their cut-off into the coordinator the next session has just cleared.
+    with tf.Graph().as_default():
+        with _v1.device("/job:ps/task:0"):
+            queue = _v1.FIFOQueue(1 << 22, tf.int32, shared_name="compat_supervision_back_to_back")
+            size = queue.size()
+        runner = _v1.train.QueueRunner(queue, [queue.enqueue(1)])
+        supervisor = Supervisor(logdir=None, init_op=_v1.global_variables_initializer(), summary_op=None, saver=None)
+        options = _v1.RunOptions(timeout_in_ms=10_000)
+        stopped = []
+        for round_index in range(CLOSES):
+            with supervisor.prepare_or_wait_for_session(in_process_cluster.targets["worker"][0]) as session:
+                supervisor.start_queue_runners(session, [runner])
+                before = session.run(size, options=options)
+                deadline = time.monotonic() + 30
+                while session.run(size, options=options) < before + 100 and time.monotonic() < deadline:
+                    if supervisor.should_stop():
+                        stopped.append(round_index)
+                        break
+        supervisor.stop()
+    assert not stopped, f"rounds stopped by the previous session's threads: {stopped}"
