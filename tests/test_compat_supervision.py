@@ -12,17 +12,23 @@ _v1 = tf.compat.v1
 CLOSES = 12
 
 
+def _queue_runner_on_the_ps(shared_name: str):
+    """(the queue's size, a QueueRunner enqueueing into it on the ps, a Supervisor) in the default graph."""
+    with _v1.device("/job:ps/task:0"):
+        queue = _v1.FIFOQueue(1 << 22, tf.int32, shared_name=shared_name)
+        size = queue.size()
+    runner = _v1.train.QueueRunner(queue, [queue.enqueue(1)])
+    supervisor = Supervisor(logdir=None, init_op=_v1.global_variables_initializer(), summary_op=None, saver=None)
+    return size, runner, supervisor
+
+
 def test_queue_runners_cut_off_by_the_session_close_report_nothing(in_process_cluster):
     # A queue runner stepping on the ps when its session closes gets the close's own error
     # (cancelled mid-step, or "Session ... is not found" as it starts the next step). Reported
     # to a coordinator still running, sv.stop() raises it as the thread's failure: a sync
     # chief's script then ends with status 1 after training to the end.
     with tf.Graph().as_default():
-        with _v1.device("/job:ps/task:0"):
-            queue = _v1.FIFOQueue(1 << 22, tf.int32, shared_name="compat_supervision_close_race")
-            size = queue.size()
-        runner = _v1.train.QueueRunner(queue, [queue.enqueue(1)])
-        supervisor = Supervisor(logdir=None, init_op=_v1.global_variables_initializer(), summary_op=None, saver=None)
+        size, runner, supervisor = _queue_runner_on_the_ps("compat_supervision_close_race")
         for _ in range(CLOSES):
             with supervisor.prepare_or_wait_for_session(in_process_cluster.targets["worker"][0]) as session:
                 threads = supervisor.start_queue_runners(session, [runner])
@@ -60,11 +66,7 @@ def test_sessions_made_back_to_back_without_a_stop_each_train(in_process_cluster
     # or a join: the closed session's queue-runner threads, still winding down, must not
     # report their cut-off into the coordinator the next session has just cleared.
     with tf.Graph().as_default():
-        with _v1.device("/job:ps/task:0"):
-            queue = _v1.FIFOQueue(1 << 22, tf.int32, shared_name="compat_supervision_back_to_back")
-            size = queue.size()
-        runner = _v1.train.QueueRunner(queue, [queue.enqueue(1)])
-        supervisor = Supervisor(logdir=None, init_op=_v1.global_variables_initializer(), summary_op=None, saver=None)
+        size, runner, supervisor = _queue_runner_on_the_ps("compat_supervision_back_to_back")
         options = _v1.RunOptions(timeout_in_ms=10_000)
         stopped = []
         for round_index in range(CLOSES):
