@@ -15,6 +15,7 @@ import sys
 
 import pytest
 
+from ps_toolkit.launch.ports import reserve_ports
 from tests import logwatch
 from tests.netns_helpers import Namespaces
 
@@ -152,12 +153,19 @@ def test_where_no_rules_can_be_installed_the_task_refuses_in_one_line(tmp_path):
     """No iptables on PATH (or not root): exit 2, one line that names the way out, nothing started."""
     env = dict(ENV, PATH=str(tmp_path))
     env.pop("PS_TOOLKIT_ALLOW_OPEN_PORTS", None)
-    argv = [sys.executable, RUN_TASK, "--job_name=ps", *HOSTS, f"--checkpoint_dir={tmp_path}/c"]
-    done = subprocess.run(argv, capture_output=True, text=True, timeout=60, env=env)
+    # This task runs on the host, beside the suite's other launches: its ports are reserved.
+    reservation = reserve_ports(3)
+    try:
+        ps, *workers = reservation.ports
+        hosts = [f"--ps_hosts=localhost:{ps}", "--worker_hosts=" + ",".join(f"localhost:{w}" for w in workers)]
+        argv = [sys.executable, RUN_TASK, "--job_name=ps", *hosts, f"--checkpoint_dir={tmp_path}/c"]
+        done = subprocess.run(argv, capture_output=True, text=True, timeout=60, env=env)
+    finally:
+        reservation.release()
     assert done.returncode == 2, done.stderr[-3000:]
     errors = [line for line in done.stderr.splitlines() if "run_task.py: error:" in line]
     assert len(errors) == 1, done.stderr
-    assert "--allow_open_ports" in errors[0] and f"port {PORT}" in errors[0], errors[0]
+    assert "--allow_open_ports" in errors[0] and f"port {ps}" in errors[0], errors[0]
     assert ("iptables is not installed" if os.geteuid() == 0 else "not root") in errors[0], errors[0]
     assert "Traceback" not in done.stderr
 
