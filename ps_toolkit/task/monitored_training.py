@@ -172,8 +172,13 @@ def _progress_hook(cluster: ClusterConfig, config: TrainConfig, graph: TrainGrap
 
 
 def _final_evaluation(
-    cluster, config: TrainConfig, definition: ModelDefinition, graph: TrainGraph, target: str, session_config
-):
+    cluster: ClusterConfig,
+    config: TrainConfig,
+    definition: ModelDefinition,
+    graph: TrainGraph,
+    target: str,
+    session_config,
+) -> FinalEvaluationHook | None:
     """The hook that evaluates the model at the end (``config.eval_steps`` batches at most), when it has an
     eval_input_fn; else None."""
     if definition.eval_input_fn is None:
@@ -188,7 +193,13 @@ def _final_evaluation(
     )
 
 
-def _hooks(cluster: ClusterConfig, config: TrainConfig, graph: TrainGraph, progress: ProgressHook, evaluation) -> list:
+def _hooks(
+    cluster: ClusterConfig,
+    config: TrainConfig,
+    graph: TrainGraph,
+    progress: ProgressHook,
+    evaluation: FinalEvaluationHook | None,
+) -> list:
     """Every hook of the session: the graph's, the stops, the NaN check, progress, evaluation; on the chief,
     the step guard first and the checkpoint and summary savers."""
     hooks = [
