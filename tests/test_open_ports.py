@@ -9,9 +9,11 @@ first one's address and the ps's port. Root only (namespaces, iptables).
 from __future__ import annotations
 
 import os
+import selectors
 import signal
 import subprocess
 import sys
+import time
 
 import pytest
 
@@ -48,18 +50,61 @@ def connects(spaces, index: int, host: str, port: int) -> bool:
     return done.returncode == 0
 
 
-def attack(spaces, *extra: str) -> str:
-    """The tf.compat.v1 client's verdict, run in the second namespace against the first's ps port."""
-    done = subprocess.run(
-        spaces.command(1, sys.executable, ATTACK, f"{spaces.addresses[0]}:{PORT}", *extra),
-        capture_output=True,
-        text=True,
-        timeout=120,
-        env=ENV,
-    )
-    lines = [line for line in done.stdout.splitlines() if line.strip()]
-    assert lines, done.stderr[-3000:]
-    return lines[-1]
+class Attacker:
+    """The tf.compat.v1 client in the second namespace, aimed at the first's ps port.
+
+    It imports TensorFlow as soon as it is made, beside the cluster's own start,
+    and attacks only when ``verdict()`` is asked: the cluster does not train
+    through the attacker's import. Killed on leaving the ``with`` block.
+    """
+
+    def __init__(self, spaces, *extra: str):
+        argv = spaces.command(1, sys.executable, ATTACK, f"{spaces.addresses[0]}:{PORT}", *extra)
+        self.process = subprocess.Popen(
+            argv,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            env=ENV,
+            start_new_session=True,
+        )
+        self._read = b""
+
+    def __enter__(self) -> Attacker:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._end()
+
+    def _end(self) -> str:
+        """Kills the client if it still runs; what it wrote to stderr (its tail)."""
+        if self.process.poll() is None:
+            os.killpg(self.process.pid, signal.SIGKILL)
+        _, errors = self.process.communicate(timeout=30)
+        return (errors or b"").decode(errors="replace")[-3000:]
+
+    def wait_ready(self, timeout: float = 120) -> None:
+        """Returns once the client has imported TensorFlow and built its graph (it printed READY)."""
+        deadline = time.monotonic() + timeout
+        with selectors.DefaultSelector() as selector:
+            selector.register(self.process.stdout, selectors.EVENT_READ)
+            while b"READY\n" not in self._read:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    pytest.fail(f"the attack client was not ready within {timeout}s:\n{self._end()}")
+                if selector.select(timeout=left):
+                    chunk = os.read(self.process.stdout.fileno(), 4096)
+                    if not chunk:
+                        pytest.fail(f"the attack client ended before it was ready:\n{self._end()}")
+                    self._read += chunk
+
+    def verdict(self) -> str:
+        """Attacks now; the client's verdict: CONNECTED or NO CONNECTION (...)."""
+        self.wait_ready()
+        output, errors = self.process.communicate(b"go\n", timeout=120)
+        lines = [line for line in (self._read + output).decode().splitlines() if line.strip()]
+        assert lines[-1] != "READY", errors.decode(errors="replace")[-3000:]
+        return lines[-1]
 
 
 def guard_rules(spaces) -> list[str]:
@@ -96,20 +141,21 @@ def ps_command(*extra: str) -> list[str]:
 
 @pytest.mark.parametrize("allow_open_ports", [False, True], ids=["default", "allow_open_ports"])
 def test_standalone_ps_answers_loopback_only(spaces, allow_open_ports):
-    ps = start(spaces, ps_command(*(["--allow_open_ports"] if allow_open_ports else [])))
-    try:
-        logwatch.wait_until(lambda: connects(spaces, 0, "127.0.0.1", PORT), 120, "the ps listening on loopback")
-        verdict = attack(spaces)
-        if allow_open_ports:
-            # The control: told the network is private, the port is open, and the attack connects.
-            assert verdict == "CONNECTED", verdict
-            assert not guard_rules(spaces)
-        else:
-            assert verdict.startswith("NO CONNECTION"), verdict
-            assert len(guard_rules(spaces)) == 1, guard_rules(spaces)
-    finally:
-        # SIGKILL: the task runs no clean-up of its own; its guardian still removes the rules.
-        output = stop(ps, signal.SIGKILL)
+    with Attacker(spaces) as attacker:
+        ps = start(spaces, ps_command(*(["--allow_open_ports"] if allow_open_ports else [])))
+        try:
+            logwatch.wait_until(lambda: connects(spaces, 0, "127.0.0.1", PORT), 120, "the ps listening on loopback")
+            verdict = attacker.verdict()
+            if allow_open_ports:
+                # The control: told the network is private, the port is open, and the attack connects.
+                assert verdict == "CONNECTED", verdict
+                assert not guard_rules(spaces)
+            else:
+                assert verdict.startswith("NO CONNECTION"), verdict
+                assert len(guard_rules(spaces)) == 1, guard_rules(spaces)
+        finally:
+            # SIGKILL: the task runs no clean-up of its own; its guardian still removes the rules.
+            output = stop(ps, signal.SIGKILL)
     logwatch.wait_until(lambda: not guard_rules(spaces), 20, "the rules removed", lambda: output[-3000:])
 
 
@@ -175,16 +221,17 @@ def test_where_no_rules_can_be_installed_the_task_refuses_in_one_line(tmp_path):
 def test_launch_local_defaults_give_no_connection(spaces, isolation, tmp_path):
     os.chmod(tmp_path, 0o755)
     argv = [sys.executable, LAUNCHER, *HOSTS, "--train_steps=10000000", f"--log_dir={tmp_path}", "--quiet"]
-    launcher = start(spaces, argv + ([f"--isolation={isolation}"] if isolation != "auto" else []))
-    try:
-        log = tmp_path / "worker-0.log"
-        logwatch.wait_until(lambda: log.exists() and logwatch.progress(str(log)), 240, "training progress")
-        assert attack(spaces).startswith("NO CONNECTION")
-        if isolation == "none":
-            assert len(guard_rules(spaces)) == 1, guard_rules(spaces)
-            assert connects(spaces, 0, "127.0.0.1", PORT)
-    finally:
-        output = stop(launcher)
+    with Attacker(spaces) as attacker:
+        launcher = start(spaces, argv + ([f"--isolation={isolation}"] if isolation != "auto" else []))
+        try:
+            log = tmp_path / "worker-0.log"
+            logwatch.wait_until(lambda: log.exists() and logwatch.progress(str(log)), 240, "training progress")
+            assert attacker.verdict().startswith("NO CONNECTION")
+            if isolation == "none":
+                assert len(guard_rules(spaces)) == 1, guard_rules(spaces)
+                assert connects(spaces, 0, "127.0.0.1", PORT)
+        finally:
+            output = stop(launcher)
     logwatch.wait_until(lambda: not guard_rules(spaces), 20, "the rules removed", lambda: output[-3000:])
 
 
@@ -193,14 +240,15 @@ def test_a_tampered_global_step_stops_the_chief_with_status_2(spaces, tmp_path):
     """With the ports told open, the attack's AssignVariableOp reaches the step; the chief refuses it."""
     os.chmod(tmp_path, 0o755)
     argv = [sys.executable, LAUNCHER, *HOSTS, "--isolation=none", "--allow_open_ports", "--train_steps=150000"]
-    launcher = start(spaces, argv + [f"--log_dir={tmp_path}", "--quiet", "--steps_per_run=1"])
-    try:
-        log = tmp_path / "worker-0.log"
-        logwatch.wait_until(lambda: log.exists() and logwatch.progress(str(log)), 240, "training progress")
-        assert attack(spaces, f"--set_global_step={10**9}") == "CONNECTED"
-        logwatch.wait_until(lambda: launcher.poll() is not None, 120, "the launcher to end")
-    finally:
-        output = stop(launcher)
+    with Attacker(spaces, f"--set_global_step={10**9}") as attacker:
+        launcher = start(spaces, argv + [f"--log_dir={tmp_path}", "--quiet", "--steps_per_run=1"])
+        try:
+            log = tmp_path / "worker-0.log"
+            logwatch.wait_until(lambda: log.exists() and logwatch.progress(str(log)), 240, "training progress")
+            assert attacker.verdict() == "CONNECTED"
+            logwatch.wait_until(lambda: launcher.poll() is not None, 120, "the launcher to end")
+        finally:
+            output = stop(launcher)
     assert launcher.returncode == 2, output[-3000:]
     chief_log = log.read_text()
     refusals = [line for line in chief_log.splitlines() if "run_task.py: error:" in line]
