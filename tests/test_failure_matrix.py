@@ -74,7 +74,7 @@ def last_saved_step(log_text: str) -> int:
 
 
 def test_kill_ps_and_restart_async(tmp_path):
-    with cluster(tmp_path, 2, steps=700) as local:
+    with cluster(tmp_path, 2, steps=1200) as local:
         chief = local.log_path("worker", 0)
         logwatch.wait_for_step(chief, 300, timeout=120)
         killed_at = time.time()
@@ -113,7 +113,7 @@ def test_kill_ps_and_restart_sync(tmp_path):
 
 def test_kill_non_chief_worker_training_continues_and_ps_restart_recovers(tmp_path):
     # The ps counts its orphan time only once no replica it waits for is reachable: after the chief's end.
-    with cluster(tmp_path, 2, steps=700, orphan_secs=6) as local:
+    with cluster(tmp_path, 2, steps=1500, orphan_secs=6) as local:
         chief = local.log_path("worker", 0)
         logwatch.wait_for_step(chief, 200, timeout=120)
         local.kill("worker", 1)
@@ -131,7 +131,7 @@ def test_kill_non_chief_worker_training_continues_and_ps_restart_recovers(tmp_pa
 
 
 def test_killed_worker_restarted_rejoins(tmp_path):
-    with cluster(tmp_path, 2, steps=1000) as local:
+    with cluster(tmp_path, 2, steps=1500) as local:
         logwatch.wait_for_step(local.log_path("worker", 1), 200, timeout=120)
         local.kill("worker", 1)
         local.restart("worker", 1)
@@ -140,7 +140,7 @@ def test_killed_worker_restarted_rejoins(tmp_path):
 
 
 def test_kill_chief_and_restart_keeps_live_state(tmp_path):
-    with cluster(tmp_path, 2, steps=1000) as local:
+    with cluster(tmp_path, 2, steps=1500) as local:
         chief = local.log_path("worker", 0)
         before = logwatch.wait_for_step(chief, 400, timeout=120)
         local.kill("worker", 0)

@@ -73,8 +73,10 @@ def test_textbook_script_whose_ps_joins_forever_ends_cleanly(tmp_path):
 def test_killed_ps_is_restarted_and_training_completes(tmp_path):
     # The drill is timed from launch: the run is made long enough (one step per
     # run, 2000 steps: about 8 s here) that the kill always lands before training
-    # ends, even on a fast machine; a kill during start-up is a valid drill too.
-    args = ["--quiet", "--restart=on-failure", "--kill=ps:0@1s", "--train_steps=2000", "--save_checkpoint_steps=200"]
+    # ends, even on a fast machine, and usually after the first steps (a forked
+    # task's first run is about 1.2 s after its fork); a kill during start-up is a
+    # valid drill too.
+    args = ["--quiet", "--restart=on-failure", "--kill=ps:0@2s", "--train_steps=2000", "--save_checkpoint_steps=200"]
     code, output, context = launch(args + ["--steps_per_run=1"], tmp_path)
     assert code == 0, context
     assert "ps:0 was killed by SIGKILL (--kill drill); restarting" in output, context

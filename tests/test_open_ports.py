@@ -8,6 +8,7 @@ first one's address and the ps's port. Root only (namespaces, iptables).
 
 from __future__ import annotations
 
+import contextlib
 import os
 import selectors
 import signal
@@ -79,7 +80,8 @@ class Attacker:
     def _end(self) -> str:
         """Kills the client if it still runs; what it wrote to stderr (its tail)."""
         if self.process.poll() is None:
-            os.killpg(self.process.pid, signal.SIGKILL)
+            with contextlib.suppress(ProcessLookupError):  # it may end on its own meanwhile
+                os.killpg(self.process.pid, signal.SIGKILL)
         _, errors = self.process.communicate(timeout=30)
         return (errors or b"").decode(errors="replace")[-3000:]
 

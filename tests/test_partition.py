@@ -41,7 +41,7 @@ PORT = 2222  # every task on its own address, as on separate hosts
 PARTITION_SECS = 20
 RESUME_BOUND_SECS = 15
 CHECKPOINT_EVERY = 100
-TRAIN_STEPS = 800  # past the 300 steps before the cut, with room to resume and finish
+TRAIN_STEPS = 2000
 
 
 class Cluster:
