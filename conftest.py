@@ -4,6 +4,7 @@ At the repository root so that it applies to both test folders; tests/conftest.p
 """
 
 import os
+import tempfile
 
 import pytest
 
@@ -30,7 +31,24 @@ def pytest_configure(config):
 
 
 @pytest.fixture(scope="session", autouse=True)
-def host_fork_server(tmp_path_factory):
+def contained_temporary_files(tmp_path_factory):
+    """Every process of the session makes its temporary files in pytest's own folder, which pytest
+    removes three runs later: the examples write data to the system's temp folder as users run
+    them, and TensorFlow's autograph leaves a file there per converted function."""
+    folder = tmp_path_factory.mktemp("tmp")
+    previous = os.environ.get("TMPDIR")
+    os.environ["TMPDIR"] = str(folder)
+    tempfile.tempdir = None  # this process's cached choice, made before the variable was set
+    yield folder
+    if previous is None:
+        os.environ.pop("TMPDIR", None)
+    else:
+        os.environ["TMPDIR"] = previous
+    tempfile.tempdir = None
+
+
+@pytest.fixture(scope="session", autouse=True)
+def host_fork_server(tmp_path_factory, contained_temporary_files):
     """One fork server for the whole session: every launch and cluster helper forks its tasks from
     it (PS_TOOLKIT_FORK_SERVER) instead of importing TensorFlow again. Tests of a launch's own
     server remove the variable."""

@@ -34,6 +34,25 @@ def loopback_bytes() -> int:
 
 def measure(mode: dict, steps: int) -> dict:
     from ps_toolkit.benchmarks import embedding_model
+
+    with tempfile.TemporaryDirectory(prefix="ps_toolkit-bytes-") as checkpoint_dir:
+        samples = _train_sampling_loopback(mode, steps, checkpoint_dir)
+    start = next(s for s in samples if s[0] >= steps // 5)
+    end = samples[-1]
+    per_step = (end[1] - start[1]) / max(end[0] - start[0], 1)
+    touched = EMBEDDING.bytes_per_step
+    return {
+        "mode": mode,
+        "bytes_per_step": round(per_step),
+        "touched_rows_bytes_per_step": touched,
+        "ratio_to_touched": round(per_step / touched, 3),
+        "table_bytes": embedding_model.VOCAB * embedding_model.DIM * 4,
+    }
+
+
+def _train_sampling_loopback(mode: dict, steps: int, checkpoint_dir: str) -> list[tuple[int, int]]:
+    """Trains the embedding model on 2 ps + 1 worker in this process; (global step, loopback bytes) per progress."""
+    from ps_toolkit.benchmarks import embedding_model
     from ps_toolkit.launch.local_cluster import InProcessCluster
     from ps_toolkit.task import monitored_training
     from ps_toolkit.training.config import TrainConfig
@@ -45,7 +64,7 @@ def measure(mode: dict, steps: int) -> dict:
         batch_size=embedding_model.BATCH_SIZE,
         optimizer=embedding_model.OPTIMIZER,
         learning_rate=embedding_model.LEARNING_RATE,
-        checkpoint_dir=tempfile.mkdtemp(prefix="ps_toolkit-bytes-"),
+        checkpoint_dir=checkpoint_dir,
         save_checkpoint_steps=10 * steps,
         **mode,
     )
@@ -58,17 +77,7 @@ def measure(mode: dict, steps: int) -> dict:
         monitored_training.train(
             cluster.cluster_config("worker", 0), cluster.targets["worker"][0], config, definition, on_progress=sample
         )
-    start = next(s for s in samples if s[0] >= steps // 5)
-    end = samples[-1]
-    per_step = (end[1] - start[1]) / max(end[0] - start[0], 1)
-    touched = EMBEDDING.bytes_per_step
-    return {
-        "mode": mode,
-        "bytes_per_step": round(per_step),
-        "touched_rows_bytes_per_step": touched,
-        "ratio_to_touched": round(per_step / touched, 3),
-        "table_bytes": embedding_model.VOCAB * embedding_model.DIM * 4,
-    }
+    return samples
 
 
 def main(argv):

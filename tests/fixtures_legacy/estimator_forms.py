@@ -126,14 +126,14 @@ FORMS = [tf1_canned, tf1_custom_and_export, compat_v1_module, compat_v1_attribut
 
 
 def main():
-    tmp = tempfile.mkdtemp(prefix="estimator_forms_")
     report = {}
-    for form in FORMS:
-        try:
-            form(os.path.join(tmp, form.__name__))
-            report[form.__name__] = None
-        except Exception as err:  # noqa: BLE001 -- the report says which form failed and how
-            report[form.__name__] = f"{type(err).__name__}: {str(err).splitlines()[0] if str(err) else ''}"
+    with tempfile.TemporaryDirectory(prefix="estimator_forms_") as tmp:
+        for form in FORMS:
+            try:
+                form(os.path.join(tmp, form.__name__))
+                report[form.__name__] = None
+            except Exception as err:  # noqa: BLE001 -- the report says which form failed and how
+                report[form.__name__] = f"{type(err).__name__}: {str(err).splitlines()[0] if str(err) else ''}"
     print(json.dumps(report), flush=True)
     sys.exit(0 if not any(report.values()) else 1)
 
