@@ -18,7 +18,7 @@ import numpy as np
 
 from ps_toolkit.base.errors import ConfigError
 from ps_toolkit.models.idx import read_idx
-from ps_toolkit.models.mnist_data import IDX_FILES, NUM_CLASSES, find_idx_file
+from ps_toolkit.models.mnist_files import IDX_FILES, NUM_CLASSES, find_idx_file
 
 Datasets = collections.namedtuple("Datasets", ["train", "validation", "test"])
 _FLOAT32 = "float32"

@@ -11,7 +11,7 @@ import sys
 
 import pytest
 
-from ps_toolkit.models.mnist_data import EMBEDDED_DIGITS_DIR
+from ps_toolkit.models.mnist_files import EMBEDDED_DIGITS_DIR
 from tests.taskrun import REPO, RUN_TASK, python_command, run_tasks
 
 LAUNCH_LOCAL = os.path.join(REPO, "scripts", "launch_local.py")
@@ -390,7 +390,8 @@ LAUNCHER = os.path.join(os.path.dirname(RUN_TASK), "launch_local.py")
 
 
 def launch(tmp_path, *args: str, timeout: float = 120) -> subprocess.CompletedProcess:
-    argv = [sys.executable, LAUNCHER, "--isolation=none", "--allow_open_ports", f"--log_dir={tmp_path}", *args]
+    argv = [sys.executable, LAUNCHER, "--isolation=none", "--allow_open_ports", "--nochart", f"--log_dir={tmp_path}"]
+    argv += args
     return subprocess.run(argv, capture_output=True, text=True, timeout=timeout)
 
 

@@ -215,7 +215,7 @@ def test_synthetic_idx_files_read_back_as_the_same_arrays(tmp_path):
     import numpy as np
 
     from ps_toolkit.benchmarks.synthetic import make_data, write_idx_dir
-    from ps_toolkit.models.mnist_data import load_dataset
+    from ps_toolkit.models.mnist_files import load_dataset
 
     made, read = make_data(), load_dataset(write_idx_dir(str(tmp_path)))
     for name in ("train_images", "train_labels", "test_images", "test_labels"):

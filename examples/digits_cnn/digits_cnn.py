@@ -15,7 +15,7 @@ import numpy as np
 import tensorflow as tf
 
 import ps_toolkit
-from ps_toolkit.models.mnist_data import load_dataset, shard_bounds
+from ps_toolkit.models.mnist_files import load_dataset, shard_bounds
 
 
 def _images(flat: np.ndarray) -> np.ndarray:

@@ -8,7 +8,7 @@ import os
 import numpy as np
 
 from ps_toolkit.models.idx import write_idx_gz
-from ps_toolkit.models.mnist_data import IDX_FILES, IMAGE_PIXELS, NUM_CLASSES, DataSplits
+from ps_toolkit.models.mnist_files import IDX_FILES, IMAGE_PIXELS, NUM_CLASSES, DataSplits
 
 # Small enough that TF2's dataset function can embed it; large enough that each
 # of two replicas has many batches per epoch.
@@ -72,7 +72,7 @@ def make_data(seed: int = 0) -> DataSplits:
     def split(count):
         labels = rng.integers(0, NUM_CLASSES, count)
         noise = rng.normal(0.0, _NOISE, (count, IMAGE_PIXELS)).astype(np.float32)
-        # Quantized to k/255, exactly as ps_toolkit.models.mnist_data reads uint8 IDX files:
+        # Quantized to k/255, exactly as ps_toolkit.models.mnist_files reads uint8 IDX files:
         # the toolkit, which reads them through --data_dir, trains on the same floats.
         pixels = np.round(np.clip(prototypes[labels] + noise, 0.0, 1.0) * 255).astype(np.uint8)
         return pixels.astype(np.float32) / 255.0, labels.astype(np.int64)

@@ -16,7 +16,7 @@ import functools
 import tensorflow as tf
 
 from ps_toolkit.base.errors import ConfigError
-from ps_toolkit.models import mnist_data
+from ps_toolkit.models import mnist_data, mnist_files
 from ps_toolkit.models.names import MODEL_NAMES
 from ps_toolkit.placement import layers
 from ps_toolkit.training.model_api import ModeKeys, ModelDefinition, ModelSpec
@@ -27,7 +27,7 @@ SGD_LEARNING_RATES = {"softmax": 0.5, "mlp": 0.1, "wide": 0.1, "cnn": 0.05}
 
 def softmax_regression(images):
     """Mastering TensorFlow ch. 15: one 784x10 layer (zero-initialised, which converges fastest)."""
-    return layers.dense(images, mnist_data.NUM_CLASSES, "softmax", initializer=tf.compat.v1.zeros_initializer())
+    return layers.dense(images, mnist_files.NUM_CLASSES, "softmax", initializer=tf.compat.v1.zeros_initializer())
 
 
 def mlp(images, hidden=(256, 256)):
@@ -35,7 +35,7 @@ def mlp(images, hidden=(256, 256)):
     net = images
     for i, units in enumerate(hidden):
         net = tf.nn.relu(layers.dense(net, units, f"hidden{i}"))
-    return layers.dense(net, mnist_data.NUM_CLASSES, "logits")
+    return layers.dense(net, mnist_files.NUM_CLASSES, "logits")
 
 
 def wide(images):
@@ -56,7 +56,7 @@ def cnn(images):
     net = tf.reshape(net, [-1, 7 * 7 * 32])
     # Only the fully connected layers can run beside their weights: a convolution's activations outweigh its kernel.
     net = tf.nn.relu(layers.dense(net, 256, "fc"))
-    return layers.dense(net, mnist_data.NUM_CLASSES, "logits")
+    return layers.dense(net, mnist_files.NUM_CLASSES, "logits")
 
 
 NETWORKS = {"softmax": softmax_regression, "mlp": mlp, "wide": wide, "cnn": cnn}
@@ -66,9 +66,9 @@ assert tuple(NETWORKS) == MODEL_NAMES, "names.MODEL_NAMES must list the models"
 def classifier_model_fn(features, labels, mode, params):
     """A model_fn for 10-class MNIST over the network ``params["network"]`` names."""
     images = features["image"]
-    if images.shape[-1] != mnist_data.IMAGE_PIXELS:
+    if images.shape[-1] != mnist_files.IMAGE_PIXELS:
         raise ConfigError(
-            f"model {params['network']} expects {mnist_data.IMAGE_PIXELS} features, got {images.shape[-1]}"
+            f"model {params['network']} expects {mnist_files.IMAGE_PIXELS} features, got {images.shape[-1]}"
         )
     logits = NETWORKS[params["network"]](images)
     classes = tf.argmax(logits, 1)
@@ -84,7 +84,7 @@ def definition(name: str, data_dir: str | None = None, *, seed: int = 0) -> Mode
     """Built-in model ``name`` on MNIST from ``data_dir`` (None: the embedded digits), loaded now."""
     if name not in NETWORKS:
         raise ConfigError(f"unknown model {name!r} (from --model); valid: {', '.join(NETWORKS)}")
-    splits = mnist_data.load_dataset(data_dir)
+    splits = mnist_files.load_dataset(data_dir)
     return ModelDefinition(
         model_fn=classifier_model_fn,
         input_fn=functools.partial(mnist_data.train_input_fn, splits, seed=seed),
