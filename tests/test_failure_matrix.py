@@ -192,6 +192,7 @@ def test_sync_with_launcher_restart_policy_completes(tmp_path):
         "--kill=worker:1@15s",
         "--restart=on-failure",
         "--quiet",
+        "--nochart",
     ]
     done = subprocess.run(
         argv, capture_output=True, text=True, timeout=300, cwd=os.path.dirname(os.path.dirname(__file__))

@@ -23,7 +23,8 @@ FAKE_TASK = os.path.join(ROOT, "tests", "fixtures", "fake_task.py")
 # scripts/run_legacy.py, which the launcher forks from its fork server.
 TASK_COMMAND = [sys.executable, FAKE_TASK]
 # Short grace periods keep these tests fast; the defaults are for real jobs.
-FAST = ["--grace_secs=1", "--ps_grace_secs=0.5", "--stop_grace_secs=1"]
+# The chart is drawn only where a test looks at it: matplotlib costs each launch CPU time the suite is short of.
+FAST = ["--grace_secs=1", "--ps_grace_secs=0.5", "--stop_grace_secs=1", "--nochart"]
 BOUND_SECS = 60
 
 
@@ -145,16 +146,25 @@ def started_all(count):
 # Success and teardown.
 def test_chief_success_stops_a_ps_that_blocks_forever(tmp_path):
     # worker:1 ends by itself, however late its start: the grace period is not what this shows.
-    code, output, _, argv = run_launcher(["--grace_secs=60"], ["--steps=5"], tmp_path)
+    code, output, _, argv = run_launcher(["--grace_secs=60", "--chart"], ["--steps=5"], tmp_path)
     assert code == 0, explain(argv, code, output)
     assert "succeeded: the chief (worker:0) finished with status 0" in output, explain(argv, code, output)
     summary = (tmp_path / "run" / "summary.txt").read_text()
     assert "SIGTERM (stopped)" in summary and summary.count("0 (finished)") == 2, summary
     assert (tmp_path / "run" / "progress.png").stat().st_size > 0
+    assert f"launcher: chart {tmp_path / 'run' / 'progress.png'}" in output, explain(argv, code, output)
     log = (tmp_path / "run" / "worker-1.log").read_text()
     assert "ps_toolkit progress:" in log and "a line on stderr" in log, log
     assert "[worker:1] worker:1 starting" in output, explain(argv, code, output)
     assert_all_gone(all_pids(tmp_path), explain(argv, code, output))
+
+
+def test_nochart_draws_no_chart(tmp_path):
+    code, output, _, argv = run_launcher([], ["--steps=5"], tmp_path)  # FAST says --nochart
+    assert code == 0, explain(argv, code, output)
+    assert "ps_toolkit progress:" in (tmp_path / "run" / "worker-0.log").read_text()  # there was a chart to draw
+    assert not (tmp_path / "run" / "progress.png").exists()
+    assert "launcher: chart" not in output, explain(argv, code, output)
 
 
 def test_quiet_shows_no_task_lines(tmp_path):

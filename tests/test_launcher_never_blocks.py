@@ -18,6 +18,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 LAUNCHER = os.path.join(ROOT, "scripts", "launch_local.py")
 FIXTURES = os.path.join(ROOT, "tests", "fixtures")
 FAST = ["--grace_secs=1", "--ps_grace_secs=0.5", "--stop_grace_secs=1", "--isolation=none", "--allow_open_ports"]
+FAST += ["--nochart"]
 # A run of these stand-ins takes a few seconds; the bound allows for a loaded 2-core machine.
 RUN_BOUND_SECS = 60.0
 

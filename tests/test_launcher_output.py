@@ -8,6 +8,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 LAUNCHER = os.path.join(ROOT, "scripts", "launch_local.py")
 FIXTURES = os.path.join(ROOT, "tests", "fixtures")
 FAST = ["--grace_secs=1", "--ps_grace_secs=0.5", "--stop_grace_secs=1", "--isolation=none", "--allow_open_ports"]
+FAST += ["--nochart"]
 
 
 def launch(tmp_path, *flags, task=("fake_task.py",)):

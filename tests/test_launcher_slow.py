@@ -19,7 +19,7 @@ pytestmark = pytest.mark.slow
 
 
 def launch(args, tmp_path, timeout=BOUND_SECS):
-    argv = [sys.executable, LAUNCHER, f"--log_dir={tmp_path / 'run'}", *args]
+    argv = [sys.executable, LAUNCHER, f"--log_dir={tmp_path / 'run'}", "--nochart", *args]
     before = {p.pid for p in psutil.Process().children(recursive=True)}
     try:
         done = subprocess.run(argv, capture_output=True, text=True, timeout=timeout, cwd=ROOT)
@@ -45,7 +45,7 @@ def chief_result(tmp_path, name="worker-0"):
 
 
 def test_default_run_trains_to_90_percent_and_leaves_nothing_running(tmp_path):
-    code, output, context = launch(["--quiet"], tmp_path)
+    code, output, context = launch(["--quiet", "--chart"], tmp_path)
     assert code == 0, context
     assert chief_result(tmp_path)["test_accuracy"] >= 0.9, context
     assert (tmp_path / "run" / "progress.png").exists(), context

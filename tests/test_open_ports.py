@@ -222,7 +222,7 @@ def test_where_no_rules_can_be_installed_the_task_refuses_in_one_line(tmp_path):
 @pytest.mark.parametrize("isolation", ["auto", "none"])
 def test_launch_local_defaults_give_no_connection(spaces, isolation, tmp_path):
     os.chmod(tmp_path, 0o755)
-    argv = [sys.executable, LAUNCHER, *HOSTS, "--train_steps=10000000", f"--log_dir={tmp_path}", "--quiet"]
+    argv = [sys.executable, LAUNCHER, *HOSTS, "--train_steps=10000000", f"--log_dir={tmp_path}", "--quiet", "--nochart"]
     with Attacker(spaces) as attacker:
         launcher = start(spaces, argv + ([f"--isolation={isolation}"] if isolation != "auto" else []))
         try:
@@ -243,7 +243,7 @@ def test_a_tampered_global_step_stops_the_chief_with_status_2(spaces, tmp_path):
     os.chmod(tmp_path, 0o755)
     argv = [sys.executable, LAUNCHER, *HOSTS, "--isolation=none", "--allow_open_ports", "--train_steps=150000"]
     with Attacker(spaces, f"--set_global_step={10**9}") as attacker:
-        launcher = start(spaces, argv + [f"--log_dir={tmp_path}", "--quiet", "--steps_per_run=1"])
+        launcher = start(spaces, argv + [f"--log_dir={tmp_path}", "--quiet", "--nochart", "--steps_per_run=1"])
         try:
             log = tmp_path / "worker-0.log"
             logwatch.wait_until(lambda: log.exists() and logwatch.progress(str(log)), 240, "training progress")

@@ -44,6 +44,7 @@ def test_embedding_model_trains_evaluates_and_exports(tmp_path, sync):
         "--batch_size=64",
         f"--export_dir={export_dir}",
         "--quiet",
+        "--nochart",
         *(["--sync_replicas"] if sync else []),
     )
     outcome = run_tasks({"launcher": command}, timeout=240, env={"PYTHONPATH": USER_MODELS})["launcher"]
@@ -100,6 +101,7 @@ def test_python_api_takes_each_role_from_tf_config(tmp_path):
         "--evaluator",
         f"--log_dir={run_dir}",
         "--quiet",
+        "--nochart",
         "--",
         "python",
         script,

@@ -14,7 +14,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 def test_digits_cnn_trains(tmp_path):
     flags = ["--model_fn=digits_cnn:model_fn", "--input_fn=digits_cnn:input_fn"]
     flags += ["--eval_input_fn=digits_cnn:eval_input_fn", "--optimizer=adam", "--train_steps=300", "--batch_size=64"]
-    command = python_command(LAUNCHER, f"--log_dir={tmp_path / 'run'}", "--quiet", *flags)
+    command = python_command(LAUNCHER, f"--log_dir={tmp_path / 'run'}", "--quiet", "--nochart", *flags)
     outcome = run_tasks({"launcher": command}, timeout=300, env={"PYTHONPATH": HERE})["launcher"]
     assert outcome.returncode == 0, outcome.describe()
     accuracy = float(outcome.stdout.split("eval accuracy ")[1].split(",")[0])

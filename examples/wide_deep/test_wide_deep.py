@@ -15,7 +15,7 @@ def test_wide_deep_clicks_trains_over_two_ps(tmp_path):
     flags = ["--num_ps=2", "--num_workers=2", "--model_fn=clicks_wide_deep:model_fn"]
     flags += ["--input_fn=clicks_wide_deep:input_fn", "--eval_input_fn=clicks_wide_deep:eval_input_fn"]
     flags += ["--optimizer=adagrad", "--train_steps=400", f"--export_dir={tmp_path / 'export'}"]
-    command = python_command(LAUNCHER, f"--log_dir={tmp_path / 'run'}", "--quiet", *flags)
+    command = python_command(LAUNCHER, f"--log_dir={tmp_path / 'run'}", "--quiet", "--nochart", *flags)
     outcome = run_tasks({"launcher": command}, timeout=300, env={"PYTHONPATH": HERE})["launcher"]
     assert outcome.returncode == 0, outcome.describe()
     auc = float(outcome.stdout.split("eval auc ")[1].split(",")[0])

@@ -1,12 +1,15 @@
 """A PNG chart of a run: loss and global steps/s over time, one line per worker.
 
-warm_up()                                   # at launch: imports and first-draw caches, in a thread
+warm_up()                                   # at launch: matplotlib's imports, in a thread
 write_progress_chart(progress, path)        # at the end: only this chart's own drawing is left
+
+Drawn with matplotlib's object-oriented API (a Figure on an Agg canvas), not pyplot:
+no global figure state, so a chart can be drawn from any thread, and pyplot's
+backend machinery is never imported.
 """
 
 from __future__ import annotations
 
-import io
 import threading
 from collections.abc import Mapping, Sequence
 
@@ -14,23 +17,28 @@ _warm_up: threading.Thread | None = None
 
 
 def warm_up() -> None:
-    """Starts drawing a throwaway chart in a background thread: matplotlib's imports and the caches of
-    its first figure (fonts, text layout) are then ready when the run's chart is drawn.
+    """Starts importing matplotlib in a background thread, so that the run's chart costs only its drawing.
 
     Call it after anything that needs this process single-threaded (entering a user namespace).
     """
     global _warm_up
     if _warm_up is None:
-        _warm_up = threading.Thread(target=_draw_throwaway, name="chart-warm-up")
+        _warm_up = threading.Thread(target=_import_matplotlib, name="chart-warm-up")
         _warm_up.start()
 
 
-def _draw_throwaway() -> None:
-    records = [{"time": 0.0, "loss": 1.0, "steps_per_sec": 1.0}, {"time": 1.0, "loss": 0.5, "steps_per_sec": 2.0}]
+def _import_matplotlib() -> None:
     try:
-        _draw({"worker:0": records}, io.BytesIO())
+        _canvas_and_figure()
     except Exception:  # noqa: BLE001 - a warm-up only; the real chart reports its own errors
         pass
+
+
+def _canvas_and_figure():
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
+    return FigureCanvasAgg, Figure
 
 
 def write_progress_chart(progress: Mapping[str, Sequence[dict]], path: str) -> bool:
@@ -45,19 +53,17 @@ def write_progress_chart(progress: Mapping[str, Sequence[dict]], path: str) -> b
     if not series:
         return False
     if _warm_up is not None:
-        _warm_up.join()  # pyplot is not thread-safe: one figure at a time
+        _warm_up.join()  # its imports are under way: wait for them rather than import beside them
     _draw(series, path)
     return True
 
 
 def _draw(series: Mapping[str, Sequence[dict]], path) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")  # no display: this runs in terminals and CI
-    from matplotlib import pyplot as plt
-
+    canvas_type, figure_type = _canvas_and_figure()
     start = min(r["time"] for records in series.values() for r in records)
-    figure, (loss_axes, rate_axes) = plt.subplots(2, 1, sharex=True, figsize=(8, 6))
+    figure = figure_type(figsize=(8, 6))
+    canvas_type(figure)  # Agg: no display, as in terminals and CI
+    loss_axes, rate_axes = figure.subplots(2, 1, sharex=True)
     for name, records in sorted(series.items()):
         _plot(loss_axes, records, "loss", start, name)
         _plot(rate_axes, records, "steps_per_sec", start, name)
@@ -71,7 +77,6 @@ def _draw(series: Mapping[str, Sequence[dict]], path) -> None:
             axes.legend(loc="best", fontsize="small")
     figure.tight_layout()
     figure.savefig(path, dpi=100, format="png")
-    plt.close(figure)
 
 
 def _plot(axes, records: Sequence[dict], key: str, start: float, label: str) -> None:

@@ -52,6 +52,7 @@ class LaunchOptions:
     command: tuple[str, ...]
     log_dir: str | None = None
     quiet: bool = False
+    chart: bool = True  # CHART_FILE in the run folder at the end
     policy: Policy = Policy()
     port_attempts: int = 3
     env: Mapping[str, str] | None = None
@@ -130,7 +131,7 @@ def _launch(options: LaunchOptions, console: Console) -> RunResult:
     finally:
         reaper.close()
     try:
-        return _report(outcome, log_dir, console, log_warning)
+        return _report(outcome, log_dir, console, log_warning, chart=options.chart)
     finally:
         paths.release_run_dir(log_dir)
 
@@ -172,19 +173,20 @@ def _attempts(options: LaunchOptions, console: Console, log_dir: str, log_warnin
     return outcome
 
 
-def _report(outcome, log_dir: str, console: Console, log_warning: LogFolderWarning) -> RunResult:
+def _report(outcome, log_dir: str, console: Console, log_warning: LogFolderWarning, *, chart: bool) -> RunResult:
     table = summary_table(outcome.rows) + _last_lines(outcome.outputs)
     verdict = ("succeeded: " if outcome.succeeded else "FAILED: ") + outcome.message + _scores(outcome.outputs)
-    chart = os.path.join(log_dir, CHART_FILE)
+    chart_path = os.path.join(log_dir, CHART_FILE)
     drawn = False
     try:
         paths.write_file_nofollow(os.path.join(log_dir, SUMMARY_FILE), table + "\n\n" + verdict + "\n")
-        drawn = charts.write_progress_chart({n: o.progress for n, o in outcome.outputs.items()}, chart)
+        if chart:
+            drawn = charts.write_progress_chart({n: o.progress for n, o in outcome.outputs.items()}, chart_path)
     except OSError as err:  # the console still gets the table and the verdict
         log_warning(err)
     console.line(table)
     if drawn:
-        console.line(f"launcher: chart {chart}")
+        console.line(f"launcher: chart {chart_path}")
     console.line(f"launcher: logs in {log_dir}")
     console.line(f"launcher: {verdict}")
     results = {name: out.result for name, out in outcome.outputs.items() if out.result is not None}

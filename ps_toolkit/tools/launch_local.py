@@ -52,6 +52,11 @@ flags.FLAGS["log_dir"].help = (
 )
 flags.declare_key_flag("log_dir")
 _QUIET = flags.DEFINE_boolean("quiet", False, "Console shows only status and summary, not task output.")
+_CHART = flags.DEFINE_boolean(
+    "chart",
+    True,
+    f"Draw {launcher.CHART_FILE} (loss and steps/s per worker) in the run folder; --nochart skips matplotlib.",
+)
 _SUCCESS = flags.DEFINE_enum(
     "success_policy", "chief", SUCCESS_POLICIES, "chief: the chief's status 0 ends the run; all_workers."
 )
@@ -129,6 +134,7 @@ def _options(command: list[str]) -> launcher.LaunchOptions:
         command=tuple(command) if command else tuple(default_command(_train_args(run_dir))),
         log_dir=run_dir,
         quiet=_QUIET.value,
+        chart=_CHART.value,
         start_method=_START_METHOD.value,
         policy=Policy(
             success_policy=_SUCCESS.value,
@@ -225,8 +231,8 @@ def launch(command: list[str]) -> int:
             "without a private network namespace the command's ports would be open on every interface, "
             "unauthenticated: give --allow_open_ports if this machine's network is private"
         )
-    # After _isolate: a user namespace can only be entered while this process has one thread.
-    charts.warm_up()
+    if options.chart:  # after _isolate: a user namespace can only be entered while this process has one thread
+        charts.warm_up()
     return launcher.launch(options).exit_code
 
 

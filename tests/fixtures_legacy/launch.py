@@ -44,6 +44,7 @@ def launch(log_dir, launcher_args, command, *, timeout_secs: float = 150.0, cwd=
         "--quiet",
         f"--timeout_secs={timeout_secs}",
         "--stop_grace_secs=2",
+        "--nochart",
         *launcher_args,
         "--",
         *command,
