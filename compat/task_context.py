@@ -5,7 +5,9 @@ script sets ``device_filters``, so creating one waits for every other worker
 ("CreateSession still waiting for response from worker"): a worker started
 after the chief finished, or while another worker is down, waits forever.
 Under the compat layer a worker's or chief's sessions see only the ps job
-and the task itself, unless the script chose its own filters.
+and the task itself, unless the script chose its own filters. A server that
+shares its host with another task of its cluster does not spin-wait, as the
+toolkit's own tasks (ps_toolkit.task.server.session_config).
 """
 
 from __future__ import annotations
@@ -14,6 +16,9 @@ import os
 import sys
 
 import tensorflow as tf
+
+from ps_toolkit.base.errors import ConfigError
+from ps_toolkit.task.server import tasks_on_host
 
 _v1 = tf.compat.v1
 PS_JOB = "ps"
@@ -51,6 +56,31 @@ def filled_config(config=None):
     return filled
 
 
+def server_config(config, server_or_cluster_def, job: str | None, index: int | None):
+    """The config this process's server starts with: ``filled_config``, and no spin-waiting where the
+    cluster puts another task on this task's host (a copy; the caller's config is untouched)."""
+    filled = filled_config(config)
+    if job is None or not _shares_host(server_or_cluster_def, job, int(index or 0)):
+        return filled
+    spinless = _v1.ConfigProto()
+    if filled is not None:
+        spinless.CopyFrom(filled)
+    spinless.experimental.disable_thread_spinning = True
+    return spinless
+
+
+def _shares_host(server_or_cluster_def, job: str, index: int) -> bool:
+    try:
+        if isinstance(server_or_cluster_def, tf.train.ServerDef):
+            server_or_cluster_def = server_or_cluster_def.cluster
+        spec = tf.train.ClusterSpec(server_or_cluster_def)
+        own = spec.task_address(job, index)
+        addresses = [a for name in spec.jobs for a in spec.job_tasks(name) if a]
+        return tasks_on_host(addresses, own, "the script's ClusterSpec") > 1
+    except (ConfigError, TypeError, ValueError):  # TensorFlow's own start reports a cluster it cannot serve
+        return False
+
+
 def _task_of_server(server_or_cluster_def, job_name, task_index):
     """The (job, index) a Server will serve, from its arguments or its ServerDef."""
     if isinstance(server_or_cluster_def, tf.train.ServerDef):
@@ -71,7 +101,7 @@ class Server(_v1.train.Server):
             job_name=job_name,
             task_index=task_index,
             protocol=protocol,
-            config=filled_config(config),
+            config=server_config(config, server_or_cluster_def, job, index),
             start=start,
         )
 

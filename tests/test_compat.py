@@ -144,3 +144,21 @@ def test_replica_sessions_get_device_filters_unless_the_script_set_some():
         assert task_context.filled_config(None) is None
     finally:
         task_context.set_task(None, None)
+
+
+def test_a_server_sharing_its_host_does_not_spin_and_one_alone_keeps_the_scripts_config():
+    import tensorflow as tf
+
+    from ps_toolkit_compat import task_context
+
+    shared = {"ps": ["localhost:2222"], "worker": ["127.0.0.1:2223", "other-host:2224"]}
+    original = tf.compat.v1.ConfigProto(allow_soft_placement=True)
+    config = task_context.server_config(original, tf.train.ClusterSpec(shared), "ps", 0)
+    assert config.experimental.disable_thread_spinning and config.allow_soft_placement
+    assert not original.experimental.disable_thread_spinning  # the script's config is left alone
+    server_def = tf.train.ServerDef(cluster=tf.train.ClusterSpec(shared).as_cluster_def(), job_name="ps")
+    assert task_context.server_config(None, server_def, "ps", 0).experimental.disable_thread_spinning
+    # worker 1 is alone on its host; a cluster TensorFlow will refuse is left to TensorFlow.
+    assert task_context.server_config(original, shared, "worker", 1) is original
+    assert task_context.server_config(None, shared, "worker", 1) is None
+    assert task_context.server_config(None, {"ps": ["no port"]}, "ps", 0) is None

@@ -33,6 +33,14 @@ def test_tasks_on_other_hosts_do_not_take_a_share():
     assert default_intra_op_threads(local("ps", 0, workers=3, ps_host="10.0.0.9"), cpus=4) == 4
 
 
+def test_tasks_that_share_a_host_do_not_spin_and_a_task_alone_keeps_the_default():
+    assert session_config(local("worker", 0, workers=2)).experimental.disable_thread_spinning
+    assert session_config(local("ps", 0, workers=2)).experimental.disable_thread_spinning
+    alone = local("worker", 0, workers=1, ps_host="10.0.0.9")
+    assert not session_config(alone).experimental.disable_thread_spinning
+    assert not session_config(local("ps", 0, workers=3, ps_host="10.0.0.9")).experimental.disable_thread_spinning
+
+
 def test_explicit_thread_counts_win_and_roles_see_only_their_peers():
     config = session_config(local("worker", 0, workers=2), intra_op_threads=3, inter_op_threads=5)
     assert config.intra_op_parallelism_threads == 3

@@ -44,7 +44,8 @@ def session_config(
 
     Parameter servers see no GPU. Replicas get device_filters limited to the ps
     job and themselves, so session creation never waits for another worker
-    (the "CreateSession still waiting for response from worker" hang).
+    (the "CreateSession still waiting for response from worker" hang). A task
+    that shares its host with other tasks of the cluster does not spin-wait.
     """
     config = tf.compat.v1.ConfigProto(
         allow_soft_placement=True,
@@ -52,6 +53,11 @@ def session_config(
         # Two inter-op threads keep the RPC-bound graph moving on small machines.
         inter_op_parallelism_threads=inter_op_threads or 2,
     )
+    # TensorFlow's thread pools spin between ops before they sleep: on a host its tasks
+    # share, a spinning thread holds a core another task's thread is waiting for
+    # (docs/performance.md: less CPU per step and more steps/s without it). A task alone
+    # on its host keeps TensorFlow's default.
+    config.experimental.disable_thread_spinning = colocated_tasks(cluster) > 1
     if cluster.task_type == PS:
         config.device_count["GPU"] = 0
         config.device_filters.append(cluster.device)
@@ -76,14 +82,17 @@ def default_intra_op_threads(cluster: ClusterConfig, cpus: int | None = None) ->
 
 def colocated_tasks(cluster: ClusterConfig, exclude_jobs: tuple[str, ...] = ()) -> int:
     """How many tasks of the cluster (this one included, ``exclude_jobs`` not) run on this task's host."""
-    own_host = _host_key(split_address(cluster.address, cluster.source)[0])
-    hosts = [
-        split_address(a, cluster.source)[0]
-        for job, addresses in cluster.jobs.items()
-        if job not in exclude_jobs
-        for a in addresses
-    ]
-    return max(1, sum(_host_key(h) == own_host for h in hosts))
+    addresses = [a for job, job_addresses in cluster.jobs.items() if job not in exclude_jobs for a in job_addresses]
+    return max(1, tasks_on_host(addresses, cluster.address, cluster.source))
+
+
+def tasks_on_host(addresses, own_address: str, source: str) -> int:
+    """How many of ``addresses`` ('host:port') are on ``own_address``'s host; loopback names are one host.
+
+    ConfigError, naming ``source``, for an address that is not host:port.
+    """
+    own_host = _host_key(split_address(own_address, source)[0])
+    return sum(_host_key(split_address(a, source)[0]) == own_host for a in addresses)
 
 
 def _host_key(host: str) -> str:
