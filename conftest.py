@@ -4,7 +4,7 @@ At the repository root so that it applies to both test folders; tests/conftest.p
 """
 
 import os
-import tempfile
+from pathlib import Path
 
 import pytest
 
@@ -24,6 +24,8 @@ from ps_toolkit.task import port_guard  # noqa: E402
 if port_guard.unavailable_reason():
     os.environ.setdefault(port_guard.ALLOW_OPEN_PORTS_ENV, "1")
 
+
+HERE = Path(os.path.realpath(__file__)).parent
 
 # The files that take longest (30 s and more of one worker's time in a full run), started first
 # in this order: the workers then end together, not one running a long file alone while the
@@ -57,7 +59,7 @@ LONGEST_FIRST = (
 def pytest_configure(config):
     # absl-based code reads flags; under pytest nothing parses them.
     flags.FLAGS.mark_as_parsed()
-    missing = [path for path in LONGEST_FIRST if not (config.rootpath / path).is_file()]
+    missing = [path for path in LONGEST_FIRST if not (HERE / path).is_file()]
     if missing:
         raise pytest.UsageError(f"conftest.py LONGEST_FIRST names files that do not exist: {', '.join(missing)}")
 
@@ -66,7 +68,7 @@ def pytest_collection_modifyitems(items):
     """Orders the files as LONGEST_FIRST says (xdist sends them in this order: --no-loadscope-reorder),
     each file's tests in their own order."""
     rank = {path: position for position, path in enumerate(LONGEST_FIRST)}
-    files = [item.nodeid.split("::")[0] for item in items]
+    files = [Path(os.path.relpath(os.path.realpath(item.path), HERE)).as_posix() for item in items]
     tests_per_file = {path: files.count(path) for path in set(files)}
     order = {id(item): index for index, item in enumerate(items)}
 
@@ -78,24 +80,7 @@ def pytest_collection_modifyitems(items):
 
 
 @pytest.fixture(scope="session", autouse=True)
-def contained_temporary_files(tmp_path_factory):
-    """Every process of the session makes its temporary files in pytest's own folder, which pytest
-    removes three runs later: the examples write data to the system's temp folder as users run
-    them, and TensorFlow's autograph leaves a file there per converted function."""
-    folder = tmp_path_factory.mktemp("tmp")
-    previous = os.environ.get("TMPDIR")
-    os.environ["TMPDIR"] = str(folder)
-    tempfile.tempdir = None  # this process's cached choice, made before the variable was set
-    yield folder
-    if previous is None:
-        os.environ.pop("TMPDIR", None)
-    else:
-        os.environ["TMPDIR"] = previous
-    tempfile.tempdir = None
-
-
-@pytest.fixture(scope="session", autouse=True)
-def host_fork_server(tmp_path_factory, contained_temporary_files):
+def host_fork_server(tmp_path_factory):
     """One fork server for the whole session: every launch and cluster helper forks its tasks from
     it (PS_TOOLKIT_FORK_SERVER) instead of importing TensorFlow again. Tests of a launch's own
     server remove the variable."""

@@ -42,6 +42,6 @@ setup(
     extras_require={
         # PyYAML and jsonschema let the tests read and check the generated
         # Kubernetes manifests with an independent parser; runtime needs neither.
-        "test": ["pytest", "pytest-timeout", "pytest-xdist", "ruff", "pyyaml", "jsonschema", "import-linter"],
+        "test": ["pytest", "pytest-timeout", "pytest-xdist>=3.8", "ruff", "pyyaml", "jsonschema", "import-linter"],
     },
 )

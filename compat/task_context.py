@@ -58,9 +58,9 @@ def filled_config(config=None):
 
 def server_config(config, server_or_cluster_def, job: str | None, index: int | None):
     """The config this process's server starts with: ``filled_config``, and no spin-waiting where the
-    cluster puts another task on this task's host (a copy; the caller's config is untouched)."""
+    cluster puts another task on this task's host. The caller's config is never modified."""
     filled = filled_config(config)
-    if job is None or not _shares_host(server_or_cluster_def, job, int(index or 0)):
+    if job is None or index is None or not _shares_host(server_or_cluster_def, job, index):
         return filled
     spinless = _v1.ConfigProto()
     if filled is not None:
@@ -75,18 +75,32 @@ def _shares_host(server_or_cluster_def, job: str, index: int) -> bool:
             server_or_cluster_def = server_or_cluster_def.cluster
         spec = tf.train.ClusterSpec(server_or_cluster_def)
         own = spec.task_address(job, index)
-        addresses = [a for name in spec.jobs for a in spec.job_tasks(name) if a]
+        addresses = [address for tasks in spec.as_dict().values() for address in _addresses(tasks)]
         return tasks_on_host(addresses, own, "the script's ClusterSpec") > 1
-    except (ConfigError, TypeError, ValueError):  # TensorFlow's own start reports a cluster it cannot serve
+    except (ConfigError, TypeError, ValueError, AttributeError):  # TensorFlow's own start reports it
         return False
 
 
+def _addresses(tasks) -> list:
+    """A job's addresses from ClusterSpec.as_dict(): a list, or {index: address} for a sparse job."""
+    return list(tasks.values()) if isinstance(tasks, dict) else list(tasks)
+
+
 def _task_of_server(server_or_cluster_def, job_name, task_index):
-    """The (job, index) a Server will serve, from its arguments or its ServerDef."""
+    """The (job, index) a Server will serve, from its arguments or its ServerDef, or as TensorFlow
+    infers them: the cluster's only job, the job's only task. None where TensorFlow will refuse."""
     if isinstance(server_or_cluster_def, tf.train.ServerDef):
-        return job_name or server_or_cluster_def.job_name, (
-            task_index if task_index is not None else server_or_cluster_def.task_index
-        )
+        job_name = job_name or server_or_cluster_def.job_name
+        task_index = task_index if task_index is not None else server_or_cluster_def.task_index
+        return job_name or None, task_index
+    try:
+        spec = tf.train.ClusterSpec(server_or_cluster_def)
+        if job_name is None and len(spec.jobs) == 1:
+            job_name = spec.jobs[0]
+        if job_name is not None and task_index is None and len(spec.task_indices(job_name)) == 1:
+            task_index = spec.task_indices(job_name)[0]
+    except (TypeError, ValueError, AttributeError):  # TensorFlow's own start reports it
+        pass
     return job_name, task_index
 
 

@@ -162,3 +162,16 @@ def test_a_server_sharing_its_host_does_not_spin_and_one_alone_keeps_the_scripts
     assert task_context.server_config(original, shared, "worker", 1) is original
     assert task_context.server_config(None, shared, "worker", 1) is None
     assert task_context.server_config(None, {"ps": ["no port"]}, "ps", 0) is None
+
+
+def test_the_servers_task_is_what_tensorflow_infers_when_the_script_leaves_it_out():
+    from ps_toolkit_compat import task_context
+
+    one_job = {"local": ["localhost:2222", "localhost:2223"]}
+    assert task_context._task_of_server(one_job, None, 1) == ("local", 1)
+    sparse = {"ps": {3: "localhost:2225"}, "worker": ["localhost:2226"]}
+    assert task_context._task_of_server(sparse, "ps", None) == ("ps", 3)
+    assert task_context.server_config(None, sparse, "ps", 3).experimental.disable_thread_spinning
+    # Ambiguous: TensorFlow refuses it, and nothing is guessed here.
+    assert task_context._task_of_server(sparse, None, None) == (None, None)
+    assert task_context.server_config(None, sparse, None, None) is None

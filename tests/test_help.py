@@ -98,6 +98,7 @@ def test_launch_local_passes_training_flags_through_to_run_task(tmp_path):
     result = run_script(
         "launch_local.py",
         "--quiet",
+        "--nochart",
         "--isolation=none",
         "--num_ps=0",
         "--num_workers=1",

@@ -1,5 +1,6 @@
 """The package, its flag modules and the processes that only start or watch others import no TensorFlow:
-bad input and --help are answered in milliseconds, and a controller spends no import's CPU."""
+bad input and --help are answered in milliseconds, and the launcher and the benchmark's controller spend
+no import's CPU while their tasks run."""
 
 import subprocess
 import sys

@@ -386,7 +386,7 @@ def test_training_flags_with_a_command_are_refused(tmp_path):
 
 
 def test_a_command_that_cannot_start_is_a_config_error(tmp_path):
-    argv = [sys.executable, LAUNCHER, f"--log_dir={tmp_path}", "--", str(tmp_path / "no_such_program")]
+    argv = [sys.executable, LAUNCHER, f"--log_dir={tmp_path}", "--nochart", "--", str(tmp_path / "no_such_program")]
     done = subprocess.run(argv, capture_output=True, text=True, timeout=BOUND_SECS, cwd=ROOT)
     context = explain(argv, done.returncode, done.stdout + done.stderr)
     assert done.returncode == 2 and "cannot start ps:0" in done.stdout, context

@@ -1,7 +1,7 @@
 """How a task's session config shares its host's cores."""
 
 from ps_toolkit.cluster.config import ClusterConfig
-from ps_toolkit.task.server import default_intra_op_threads, session_config
+from ps_toolkit.task.server import default_intra_op_threads, session_config, tasks_on_host
 
 
 def local(job_name, task_index=0, workers=1, ps=1, ps_host="localhost"):
@@ -39,6 +39,14 @@ def test_tasks_that_share_a_host_do_not_spin_and_a_task_alone_keeps_the_default(
     alone = local("worker", 0, workers=1, ps_host="10.0.0.9")
     assert not session_config(alone).experimental.disable_thread_spinning
     assert not session_config(local("ps", 0, workers=3, ps_host="10.0.0.9")).experimental.disable_thread_spinning
+
+
+def test_every_name_of_a_host_counts_as_that_host():
+    loopback = ["localhost:1", "LOCALHOST.:2", "127.0.0.1:3", "[::1]:4", "[0:0:0:0:0:0:0:1]:5", "[::ffff:127.0.0.1]:6"]
+    assert tasks_on_host(loopback + ["10.0.0.9:7"], "localhost:9", "test") == 6
+    others = ["[2001:db8::1]:1", "[2001:DB8:0::1]:2", "Node-A:3", "node-a:4"]
+    assert tasks_on_host(others, "[2001:db8::1]:9", "test") == 2
+    assert tasks_on_host(["Node-A:3", "node-a.:4"], "node-a:9", "test") == 2
 
 
 def test_explicit_thread_counts_win_and_roles_see_only_their_peers():

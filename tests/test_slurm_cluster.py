@@ -193,9 +193,8 @@ def slurm():
         unavailable(f"Slurm is not installed (no {', '.join(missing)}): apt-get install slurm-wlm munge")
     if os.geteuid() != 0:
         unavailable("slurmd must run as root to start jobs")
-    # munged wants every folder above its socket searchable by all; pytest's folders (the
-    # session's TMPDIR among them) are private.
-    root = Path(tempfile.mkdtemp(prefix="pstk-slurm-", dir="/tmp"))
+    # munged wants every folder above its socket searchable by all; pytest's tmp_path is private.
+    root = Path(tempfile.mkdtemp(prefix="pstk-slurm-"))
     root.chmod(0o755)
     cluster = SingleNodeSlurm(root)
     try:

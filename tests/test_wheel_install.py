@@ -112,6 +112,7 @@ def test_the_main_job_runs_from_the_installed_command(venv):
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     assert "succeeded" in result.stdout, result.stdout[-3000:]
     assert (log_dir / "summary.txt").is_file()
+    assert (log_dir / "progress.png").stat().st_size > 0  # drawn with the environment's own matplotlib
 
 
 @pytest.mark.slow

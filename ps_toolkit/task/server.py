@@ -9,6 +9,7 @@ EXIT_ORPHANED and says which tasks it waited for.
 
 from __future__ import annotations
 
+import ipaddress
 import logging
 import os
 import queue
@@ -96,7 +97,14 @@ def tasks_on_host(addresses, own_address: str, source: str) -> int:
 
 
 def _host_key(host: str) -> str:
-    return "loopback" if _is_loopback(host) else host.lower()
+    """One key per host: every loopback name is one, an IP address in its canonical form, a name lower-cased."""
+    name = host.lower().rstrip(".")
+    if _is_loopback(name):
+        return "loopback"
+    try:
+        return str(ipaddress.ip_address(name.split("%")[0]))
+    except ValueError:
+        return name
 
 
 def start_server(cluster: ClusterConfig, config: tf.compat.v1.ConfigProto | None = None):
@@ -145,7 +153,15 @@ def security_warning(device: str, host: str, port: int) -> str:
 
 
 def _is_loopback(host: str) -> bool:
-    return host in ("localhost", "::1") or host.startswith("127.")
+    name = host.lower().rstrip(".")
+    if name in ("localhost", "ip6-localhost"):
+        return True
+    try:
+        address = ipaddress.ip_address(name.split("%")[0])
+    except ValueError:
+        return False
+    mapped = getattr(address, "ipv4_mapped", None)  # ::ffff:127.0.0.1
+    return address.is_loopback or (mapped is not None and mapped.is_loopback)
 
 
 def _done_queue(ps_index: int):
