@@ -212,3 +212,39 @@ def test_subclasses_use_only_declared_private_members_of_tensorflow_classes():
             if name in tf_names and (path, name) not in declared:
                 found.append(f"{path}:{line}: {cls.__name__} uses {name} of its TensorFlow base")
     assert not found, "private members of TensorFlow classes not declared in tf_internals.USES:\n" + "\n".join(found)
+
+
+AUTOGRAPH_PROBE = """
+import json, os, sys, tempfile
+import tensorflow as tf
+from ps_toolkit.base import tf_internals
+
+def absolute(x):
+    if x > 0:
+        return x
+    return -x
+
+tf.autograph.to_graph(absolute)
+written = sorted(os.path.join(tempfile.gettempdir(), n) for n in os.listdir(tempfile.gettempdir()))
+removed = sorted(tf_internals.remove_autograph_files())
+print(json.dumps({"written": written, "removed": removed, "left": os.listdir(tempfile.gettempdir())}))
+sys.stdout.flush()
+os._exit(0)  # as run_task.py ends: no atexit
+"""
+
+
+def test_a_fast_exit_leaves_none_of_autographs_generated_files(tmp_path):
+    import json
+    import subprocess
+    import sys
+
+    temp = tmp_path / "tmp"
+    temp.mkdir()
+    probe = tmp_path / "autograph_probe.py"  # AutoGraph converts only functions whose source it can read
+    probe.write_text(AUTOGRAPH_PROBE)
+    env = dict(os.environ, TMPDIR=str(temp), PYTHONPATH=str(ROOT))
+    done = subprocess.run([sys.executable, str(probe)], capture_output=True, text=True, env=env, timeout=120)
+    assert done.returncode == 0, done.stderr[-3000:]
+    report = json.loads(done.stdout.strip().splitlines()[-1])
+    assert report["written"] and all("__autograph_generated_file" in path for path in report["written"]), report
+    assert report["removed"] == report["written"] and report["left"] == [], report

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import os
 import sys
 
 
@@ -76,6 +77,32 @@ def eager_runtime_started() -> bool:
     context = sys.modules.get(EAGER_CONTEXT_MODULE)
     current = context.context_safe() if context is not None else None
     return current is not None and getattr(current, _CONTEXT_HANDLE, None) is not None
+
+
+# --- AutoGraph's generated source files (a task's fast exit) -------------------------------------------------------
+
+_AUTOGRAPH_MODULE_PREFIX = "__autograph_generated_file"
+_use(
+    "tensorflow.python.autograph.pyct.loader",
+    "load_source",
+    "ps_toolkit/tools/run_task.py",
+    f"writes each converted function's source to a temp file {_AUTOGRAPH_MODULE_PREFIX}*.py, loaded as the module "
+    "of that name, and removes it at interpreter exit (atexit), which a task's os._exit skips",
+)
+
+
+def remove_autograph_files() -> list[str]:
+    """Deletes the source files AutoGraph wrote for this process's converted functions; returns their paths."""
+    removed = []
+    for name, module in list(sys.modules.items()):
+        path = getattr(module, "__file__", None) if name.startswith(_AUTOGRAPH_MODULE_PREFIX) else None
+        if path:
+            try:
+                os.remove(path)
+                removed.append(path)
+            except OSError:  # gone already, or not ours to remove: nothing to clean
+                pass
+    return removed
 
 
 # --- Checkpoint keys (checkpoint reuse checks) -------------------------------------------------------------------

@@ -24,6 +24,7 @@ from ps_toolkit.base import (
     flag_ranges,
     paths,
     tf_import,
+    tf_internals,
 )
 from ps_toolkit.cluster import preflight
 from ps_toolkit.cluster.config import ClusterConfig
@@ -86,7 +87,9 @@ def _main(argv):
         with environment_errors.reported(f"{cluster.device} (checkpoints in {config.checkpoint_dir})"):
             run(cluster, config)
     # Tearing down TensorFlow and its gRPC server takes seconds, and every
-    # result is already flushed: end the process now.
+    # result is already flushed: end the process now, removing first the files
+    # the skipped interpreter exit would have removed.
+    tf_internals.remove_autograph_files()
     sys.stdout.flush()
     sys.stderr.flush()
     logging.flush()
