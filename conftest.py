@@ -3,6 +3,7 @@
 At the repository root so that it applies to both test folders; tests/conftest.py holds the fixtures.
 """
 
+import collections
 import os
 from pathlib import Path
 
@@ -69,13 +70,13 @@ def pytest_collection_modifyitems(items):
     each file's tests in their own order."""
     rank = {path: position for position, path in enumerate(LONGEST_FIRST)}
     files = [Path(os.path.relpath(os.path.realpath(item.path), HERE)).as_posix() for item in items]
-    tests_per_file = {path: files.count(path) for path in set(files)}
-    order = {id(item): index for index, item in enumerate(items)}
+    tests_per_file = collections.Counter(files)
 
     def key(pair):
-        item, path = pair
-        return rank.get(path, len(rank)), -tests_per_file[path], path, order[id(item)]
+        path = pair[1]
+        return rank.get(path, len(rank)), -tests_per_file[path], path
 
+    # sorted() is stable: each file's tests keep their order.
     items[:] = [item for item, _ in sorted(zip(items, files, strict=True), key=key)]
 
 

@@ -390,8 +390,15 @@ LAUNCHER = os.path.join(os.path.dirname(RUN_TASK), "launch_local.py")
 
 
 def launch(tmp_path, *args: str, timeout: float = 120) -> subprocess.CompletedProcess:
-    argv = [sys.executable, LAUNCHER, "--isolation=none", "--allow_open_ports", "--nochart", f"--log_dir={tmp_path}"]
-    argv += args
+    argv = [
+        sys.executable,
+        LAUNCHER,
+        "--isolation=none",
+        "--allow_open_ports",
+        "--nochart",
+        f"--log_dir={tmp_path}",
+        *args,
+    ]
     return subprocess.run(argv, capture_output=True, text=True, timeout=timeout)
 
 

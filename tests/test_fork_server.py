@@ -191,8 +191,15 @@ def test_the_server_imports_tensorflow_without_keras_3_as_run_task_does(server, 
 
 def start_hanging_launch(tmp_path, env=None) -> tuple[subprocess.Popen, str]:
     """A launch whose three fake tasks hang once started; returns it and its output up to their starts."""
-    argv = [sys.executable, LAUNCHER, f"--log_dir={tmp_path / 'run'}", "--isolation=none", "--allow_open_ports"]
-    argv += ["--nochart", "--"]
+    argv = [
+        sys.executable,
+        LAUNCHER,
+        f"--log_dir={tmp_path / 'run'}",
+        "--isolation=none",
+        "--allow_open_ports",
+        "--nochart",
+        "--",
+    ]
     argv += [sys.executable, RUN_LEGACY, FAKE_TASK, f"--record_dir={tmp_path}", "--hang=worker:0,worker:1"]
     launcher = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, cwd=ROOT, env=env)
     output = ""
@@ -274,9 +281,15 @@ def test_a_launch_forks_from_the_host_server_and_its_sigkill_ends_only_its_tasks
     assert not [p for p in alive if p.status() != psutil.STATUS_ZOMBIE], alive
     # The server serves the next launch.
     done = subprocess.run(
-        [sys.executable, LAUNCHER, f"--log_dir={tmp_path / 'second'}", "--isolation=none", "--allow_open_ports"]
-        + ["--nochart", "--"]
-        + [sys.executable, RUN_LEGACY, FAKE_TASK, "--ps=exit0", "--steps=2", "--step_secs=0"],
+        [
+            sys.executable,
+            LAUNCHER,
+            f"--log_dir={tmp_path / 'second'}",
+            "--isolation=none",
+            "--allow_open_ports",
+            "--nochart",
+        ]
+        + ["--", sys.executable, RUN_LEGACY, FAKE_TASK, "--ps=exit0", "--steps=2", "--step_secs=0"],
         capture_output=True,
         text=True,
         timeout=BOUND_SECS,

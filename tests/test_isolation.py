@@ -292,8 +292,15 @@ def test_netns_required_but_impossible_fails_in_one_line(tmp_path):
 
 @pytest.mark.slow
 def test_real_training_run_in_a_private_namespace(tmp_path):
-    argv = [sys.executable, LAUNCHER, "--isolation=netns", "--train_steps=100", "--quiet", "--nochart"]
-    argv.append(f"--log_dir={tmp_path}")
+    argv = [
+        sys.executable,
+        LAUNCHER,
+        "--isolation=netns",
+        "--train_steps=100",
+        "--quiet",
+        "--nochart",
+        f"--log_dir={tmp_path}",
+    ]
     done = subprocess.run(argv, capture_output=True, text=True, timeout=170, cwd=ROOT)
     if done.returncode == 2 and "cannot isolate" in done.stderr:
         skip_unless_root(done.stderr.strip())

@@ -264,8 +264,15 @@ def test_a_user_command_without_a_private_namespace_needs_allow_open_ports(tmp_p
     """launch_local.py cannot guard ports a user's command binds itself: exit 2 unless told they may be open."""
     env = dict(ENV)
     env.pop("PS_TOOLKIT_ALLOW_OPEN_PORTS", None)
-    argv = [sys.executable, LAUNCHER, "--isolation=none", f"--log_dir={tmp_path}", "--num_ps=0", "--num_workers=1"]
-    argv.append("--nochart")
+    argv = [
+        sys.executable,
+        LAUNCHER,
+        "--isolation=none",
+        f"--log_dir={tmp_path}",
+        "--num_ps=0",
+        "--num_workers=1",
+        "--nochart",
+    ]
     command = ["--", sys.executable, "-c", "pass"]
     refused = subprocess.run(argv + command, capture_output=True, text=True, timeout=60, env=env)
     assert refused.returncode == 2, refused.stderr[-3000:]

@@ -51,6 +51,20 @@ def split_address(address: str, source: str) -> tuple[str, int]:
     return host, port
 
 
+def is_loopback_host(host: str) -> bool:
+    """Whether ``host`` names this machine's loopback, in any spelling: localhost, 127.0.0.0/8, ::1,
+    ::ffff:127.x, upper case, a trailing dot."""
+    name = host.lower().rstrip(".")
+    if name in ("localhost", "ip6-localhost"):
+        return True
+    try:
+        address = ipaddress.ip_address(name.split("%")[0])
+    except ValueError:
+        return False
+    mapped = getattr(address, "ipv4_mapped", None)
+    return address.is_loopback or (mapped is not None and mapped.is_loopback)
+
+
 def _host_name_problem(host: str) -> str | None:
     """Why ``host`` cannot be a DNS name or IP address (RFC 1035 lengths), or None."""
     try:

@@ -12,7 +12,7 @@ import logging
 import os
 
 from ps_toolkit.base.errors import ConfigError
-from ps_toolkit.cluster.config import EVALUATOR, ClusterConfig, split_address
+from ps_toolkit.cluster.config import EVALUATOR, ClusterConfig, is_loopback_host, split_address
 from ps_toolkit.task.netns import PRIVATE_NETWORK_ENV
 from ps_toolkit.task.port_guard import ALLOW_OPEN_PORTS_ENV, GuardUnavailable, PortGuard
 
@@ -45,7 +45,7 @@ def guard_task_port(cluster: ClusterConfig, allow_open_ports: bool) -> str:
             f"(private namespace) or as root with iptables, or pass --allow_open_ports "
             f"({ALLOW_OPEN_PORTS_ENV}=1) if the network is private"
         ) from None
-    admitted = "loopback" if hosts and all(_is_loopback(h) for h in hosts) else "loopback and the cluster's hosts"
+    admitted = "loopback" if hosts and all(is_loopback_host(h) for h in hosts) else "loopback and the cluster's hosts"
     return f"guarded: {admitted} only"
 
 
@@ -58,7 +58,3 @@ def release() -> None:
     """Removes this process's rules now (they also go when the process ends)."""
     while _ACTIVE:
         _ACTIVE.pop().release()
-
-
-def _is_loopback(host: str) -> bool:
-    return host in ("localhost", "::1") or host.startswith("127.")

@@ -21,7 +21,7 @@ import time
 import tensorflow as tf
 
 from ps_toolkit.base.errors import OrphanedError, PortInUseError
-from ps_toolkit.cluster.config import PS, ClusterConfig, split_address
+from ps_toolkit.cluster.config import PS, ClusterConfig, is_loopback_host, split_address
 from ps_toolkit.cluster.preflight import check_host_resolves, check_port_free, connect, reachable
 from ps_toolkit.task import open_ports
 from ps_toolkit.task.netns import PRIVATE_NETWORK_ENV
@@ -99,7 +99,7 @@ def tasks_on_host(addresses, own_address: str, source: str) -> int:
 def _host_key(host: str) -> str:
     """One key per host: every loopback name is one, an IP address in its canonical form, a name lower-cased."""
     name = host.lower().rstrip(".")
-    if _is_loopback(name):
+    if is_loopback_host(name):
         return "loopback"
     try:
         return str(ipaddress.ip_address(name.split("%")[0]))
@@ -142,7 +142,7 @@ def security_warning(device: str, host: str, port: int) -> str:
         return f"{device} serves on port {port}; packet-filter rules admit only loopback and the cluster's hosts."
     exposure = (
         "EVERY interface of this machine, not only the loopback address the cluster names"
-        if _is_loopback(host)
+        if is_loopback_host(host)
         else "EVERY interface of this machine"
     )
     return (
@@ -150,18 +150,6 @@ def security_warning(device: str, host: str, port: int) -> str:
         "anyone who can reach it can run operations in this process (read files, for instance). "
         "Keep the cluster inside a private network (docs/deploy.md)."
     )
-
-
-def _is_loopback(host: str) -> bool:
-    name = host.lower().rstrip(".")
-    if name in ("localhost", "ip6-localhost"):
-        return True
-    try:
-        address = ipaddress.ip_address(name.split("%")[0])
-    except ValueError:
-        return False
-    mapped = getattr(address, "ipv4_mapped", None)  # ::ffff:127.0.0.1
-    return address.is_loopback or (mapped is not None and mapped.is_loopback)
 
 
 def _done_queue(ps_index: int):

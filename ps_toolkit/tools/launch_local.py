@@ -194,7 +194,8 @@ def _isolate(topology) -> dict[str, str]:
     if _ISOLATION.value == "none":
         return {}
     # The namespace has nothing but loopback: an address of a real interface would not exist in it.
-    outside = [a for hosts in (topology.hosts or {}).values() for a in hosts if not _is_loopback(a)]
+    addresses = [a for hosts in (topology.hosts or {}).values() for a in hosts]
+    outside = [a for a in addresses if not cluster_lib.is_loopback_host(a.rsplit(":", 1)[0].strip("[]"))]
     try:
         if outside:
             raise netns.NamespaceUnavailable(f"{outside[0]} from --*_hosts is not a loopback address")
@@ -210,11 +211,6 @@ def _isolate(topology) -> dict[str, str]:
         return {}
     print(f"launch_local.py: the tasks run in a private {kind}; their ports are unreachable from outside it")
     return {netns.PRIVATE_NETWORK_ENV: "1"}
-
-
-def _is_loopback(address: str) -> bool:
-    host = address.rsplit(":", 1)[0].strip("[]")
-    return host == "localhost" or host.startswith("127.") or host == "::1"
 
 
 def launch(command: list[str]) -> int:
