@@ -38,14 +38,20 @@ _CLONE_NEWNET = 0x40000000
 _LIBC = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
 
 
-def run(request: dict, fds: list[int], *, server_pid: int, close_fds: list[int], sys_path: list[str]) -> None:
+def run(
+    request: dict, fds: list[int], *, server_pid: int, close_fds: list[int], sys_path: list[str], ready_fd: int
+) -> None:
     """Runs the requested command in this (just forked) process and ends it; never returns.
 
     ``sys_path`` is the server's, with the task's PYTHONPATH folders where python puts them.
+    A byte on ``ready_fd`` tells the server this process leads its own session: the
+    server gives its pid to nobody before (a kill of its group would miss it).
     """
     code = 1
     try:
         _detach(server_pid)
+        os.write(ready_fd, b"1")
+        os.close(ready_fd)
         for fd in close_fds:
             os.close(fd)
         given = dict(zip(fork_protocol.FD_ORDER, fds, strict=False))

@@ -32,7 +32,7 @@ from collections.abc import Callable, Mapping, Sequence
 
 from ps_toolkit.base import tf_import
 from ps_toolkit.base.paths import PACKAGE_PARENT
-from ps_toolkit.process import fork_protocol, lifecycle
+from ps_toolkit.process import fork_protocol, lifecycle, server_trust
 
 # Commands a fork server runs: the toolkit's task entry and the legacy-script runner.
 RUN_TASK_SCRIPT = os.path.join(PACKAGE_PARENT, "scripts", "run_task.py")
@@ -47,6 +47,8 @@ START_METHODS = ("fork", "exec")
 HOST_SERVER_ENV = "PS_TOOLKIT_FORK_SERVER"
 # Importing TensorFlow on a busy 2-core machine can take tens of seconds.
 READY_TIMEOUT_SECS = 120.0
+# A host's server answers a connection at once, even while it imports; one silent this long is bypassed.
+HOST_ANSWER_SECS = 3.0
 # A child's exit status follows its exit at once; this only bounds a stuck server.
 _STATUS_TIMEOUT_SECS = 10.0
 _CLOSE_TIMEOUT_SECS = 10.0
@@ -110,17 +112,15 @@ class ForkServer:
         self._statuses: dict[int, int] = {}
         self._next_id = 0
         self._ready: bool | None = None
+        self._answered = False  # a host's server has said something (it says "importing" at once)
         self.refusal: str | None = None
         # Called once if a server that was ready goes (a host's server ended by its owner).
         self.on_lost: Callable[[], None] | None = None
         if address is not None:
-            self._sock = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
-            try:
-                self._sock.connect(address)
-            except OSError as err:
-                self._sock.close()
-                self._sock = None
-                self._ready, self.refusal = False, f"nothing listens at {address} ({err.strerror})"
+            self._sock = None
+            refusal = server_trust.path_refusal(address) or self._connect(address)
+            if refusal:
+                self._ready, self.refusal = False, refusal
             return
         self._sock, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         # The server's own output is TensorFlow's import chatter, which each task's log
@@ -137,6 +137,23 @@ class ForkServer:
             )
         finally:
             theirs.close()
+
+    def _connect(self, address: str) -> str | None:
+        """Connects to the host's server at ``address`` if it is this user's own; why not, or None."""
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        sock.settimeout(HOST_ANSWER_SECS)  # a full backlog blocks connect()
+        try:
+            sock.connect(address)
+            refusal = server_trust.peer_refusal(sock, address)
+        except OSError as err:
+            refusal = f"nothing listens at {address} ({err.strerror or f'no answer within {HOST_ANSWER_SECS:g} s'})"
+        if refusal:
+            sock.close()
+            return refusal
+        sock.settimeout(None)
+        self._sock = sock
+        self._server_pid = server_trust.peer_uid_pid(sock)[1]
+        return None
 
     @property
     def pid(self) -> int:
@@ -158,10 +175,18 @@ class ForkServer:
     def wait_ready(self, timeout_secs: float = READY_TIMEOUT_SECS) -> None:
         """Waits until the server has imported everything; ForkUnavailable when it refused or died."""
         deadline = time.monotonic() + timeout_secs
+        # A host's server answers at once, importing or not: one that says nothing is stalled.
+        answer_by = time.monotonic() + HOST_ANSWER_SECS
         while self._ready is None:
-            if time.monotonic() >= deadline:
+            now = time.monotonic()
+            if now >= deadline:
                 self._fail(f"the fork server was not ready after {timeout_secs:g} s")
-            self._pump(deadline)
+            if self.address is not None and not self._answered and now >= answer_by:
+                self._fail(
+                    f"{self.address} (pid {self._server_pid}) did not answer within {HOST_ANSWER_SECS:g} s "
+                    "(stopped or hung)"
+                )
+            self._pump(deadline if self._answered or self.address is None else min(deadline, answer_by))
         if not self._ready:
             raise ForkUnavailable(self.refusal)
 
@@ -278,7 +303,10 @@ class ForkServer:
             self._statuses[message["exit"]] = os.waitstatus_to_exitcode(message["status"])
         elif "id" in message:
             self._replies[message["id"]] = message
+        elif "importing" in message:
+            self._answered = True
         elif "ready" in message:
+            self._answered = True
             self._server_pid = message["ready"]
             self._ready = True
             if self.address is not None:

@@ -5,7 +5,8 @@ child's stdout, stderr and namespace descriptors attached (``FD_ORDER``).
 Server to client: ``{"ready": PID, "import_key": [[NAME, VALUE], ...], "executable": PATH,
 "package_parent": PATH, "mount_namespace": INODE}`` (the environment its imports ran under,
 ``import_key``; its Python; the folder its ps_toolkit comes from; its mount namespace) or
-``{"refused": WHY}`` once, after its imports;
+``{"refused": WHY}`` once, after its imports (a host's server says ``{"importing": PID}`` first, as soon
+as it accepts a client during its imports);
 ``{"id": N, "pid": PID}`` or ``{"id": N, "refused": WHY}`` for each request;
 ``{"exit": PID, "status": WAIT_STATUS}`` when a child ends.
 """
@@ -13,10 +14,14 @@ Server to client: ``{"ready": PID, "import_key": [[NAME, VALUE], ...], "executab
 from __future__ import annotations
 
 import json
+import os
 from collections.abc import Mapping
 
 # A request carries a whole environment; 1 MiB is far above any real one.
 MAX_MESSAGE = 1 << 20
+# Bounds on a request's parts: far above any real task, far below what would cost the server.
+MAX_ARGS = 10_000
+MAX_ENV = 10_000
 # The descriptors a request carries, in this order.
 FD_ORDER = ("stdout", "stderr", "user_ns", "net_ns")
 MAX_FDS = len(FD_ORDER)
@@ -35,23 +40,43 @@ def decode(data: bytes) -> dict:
 
 
 def decode_request(data: bytes, num_fds: int) -> dict | None:
-    """A fork request, checked before anything is forked for it; None when ``data`` is not one."""
+    """A fork request, checked before anything is forked for it; None when ``data`` is not one.
+
+    Every field is checked for what the fork would choke on later: strings with NUL bytes
+    (exec and os.environ refuse them), keys with "=", a relative working folder; JSON nested
+    too deep for the parser is not a request either (RecursionError), nor is anything too big.
+    """
+    if len(data) > MAX_MESSAGE:
+        return None
     try:
         request = decode(data)
-    except ValueError:  # UnicodeDecodeError and JSONDecodeError included
+    except (ValueError, RecursionError):  # UnicodeDecodeError and JSONDecodeError included
         return None
-    argv, env = request.get("argv"), request.get("env")
+    argv, env, cwd = request.get("argv"), request.get("env"), request.get("cwd")
     well_formed = (
         type(request.get("id")) is int
         and isinstance(argv, list)
-        and len(argv) >= 2
-        and all(isinstance(arg, str) for arg in argv)
+        and 2 <= len(argv) <= MAX_ARGS
+        and all(_clean(arg) for arg in argv)
         and isinstance(env, dict)
-        and all(isinstance(k, str) and isinstance(v, str) for k, v in env.items())
-        and isinstance(request.get("cwd"), str)
+        and len(env) <= MAX_ENV
+        and all(_clean(k) and k and "=" not in k and _clean(v) for k, v in env.items())
+        and _clean(cwd)
+        and os.path.isabs(cwd)
         and num_fds == MAX_FDS
     )
     return request if well_formed else None
+
+
+def _clean(value) -> bool:
+    """A string that exec, os.environ and the file system accept: no NUL byte, no lone surrogate."""
+    if not isinstance(value, str) or "\0" in value:
+        return False
+    try:
+        value.encode()
+    except UnicodeEncodeError:
+        return False
+    return True
 
 
 # Variables read when TensorFlow or Python start: tasks whose values differ need their own server.

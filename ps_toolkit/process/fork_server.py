@@ -35,19 +35,21 @@ from __future__ import annotations
 
 import collections
 import contextlib
+import errno
 import importlib
 import os
+import select
 import selectors
 import signal
 import socket
 import stat
-import struct
 import sys
 import warnings
 
-from ps_toolkit.base import tf_import, tf_internals
+from ps_toolkit.base import paths, tf_import, tf_internals
+from ps_toolkit.base.errors import ConfigError
 from ps_toolkit.base.paths import PACKAGE_PARENT
-from ps_toolkit.process import fork_child, fork_protocol, python_path
+from ps_toolkit.process import fork_child, fork_greeter, fork_protocol, python_path, server_trust
 
 # Threads that TensorFlow 2.21's ``import tensorflow`` starts (after numpy's
 # OpenBLAS pool, which is counted before it and is fork-safe: it re-creates
@@ -69,6 +71,8 @@ PRELOAD = (
 )
 # How long the one refusal of a server that cannot fork waits for its client to read it.
 _SEND_TIMEOUT_SECS = 10.0
+# A forked child takes microseconds to lead its session; this only bounds a child that never does.
+_CHILD_START_SECS = 10.0
 
 
 def thread_count() -> int:
@@ -135,19 +139,21 @@ class _Server:
         self._imported_under = [list(item) for item in fork_protocol.import_key(os.environ)]
         self._path_entries = python_path.entries(os.environ.get("PYTHONPATH", ""), os.getcwd())
 
-    def prepare(self, modules: list[str]) -> str | None:
-        """Imports everything a task needs; why forking is unsafe afterwards, or None."""
+    def prepare(self, modules: list[str], importing=contextlib.nullcontext) -> str | None:
+        """Imports everything a task needs (inside the context ``importing()``); why forking is unsafe
+        afterwards, or None."""
         # As scripts/run_task.py and run_legacy.py do before their import (fork_client.forkable
         # keeps a legacy script whose environment says otherwise on exec).
         tf_import.prefer_lean_import()
         import numpy  # noqa: F401 - its thread pool is counted before TensorFlow's
 
         self._allowed_threads = thread_count() + TF_IMPORT_THREADS
-        for name in (*PRELOAD, *modules):
-            try:
-                importlib.import_module(name)
-            except Exception as err:  # any import failure: clients fall back to exec, which reports it
-                return f"the fork server cannot import {name}: {err}"
+        with importing():
+            for name in (*PRELOAD, *modules):
+                try:
+                    importlib.import_module(name)
+                except Exception as err:  # any import failure: clients fall back to exec, which reports it
+                    return f"the fork server cannot import {name}: {err}"
         refusal = runtime_started(self._allowed_threads)
         if refusal:
             return f"TensorFlow's runtime has already started in the fork server: {refusal}"
@@ -159,9 +165,12 @@ class _Server:
         while connection in self._connections:
             self._serve_events()
 
-    def serve_listening(self, listener: socket.socket) -> None:
-        """Accepts clients on ``listener`` and serves each until it goes; never returns (signals end it)."""
+    def serve_listening(self, listener: socket.socket, accepted: list[socket.socket]) -> None:
+        """Serves the clients ``accepted`` while importing, then accepts clients on ``listener`` and serves
+        each until it goes; never returns (signals end it)."""
         self._listener = listener
+        for sock in accepted:
+            self._add(sock)
         self._selector.register(listener, selectors.EVENT_READ, "accept")
         while True:
             self._serve_events()
@@ -172,10 +181,13 @@ class _Server:
                 self._accept()
             elif isinstance(key.data, _Connection):
                 connection = key.data
-                if events & selectors.EVENT_WRITE:
-                    connection.flush()
-                if events & selectors.EVENT_READ and not connection.gone:
-                    self._handle_request(connection)
+                try:
+                    if events & selectors.EVENT_WRITE:
+                        connection.flush()
+                    if events & selectors.EVENT_READ and not connection.gone:
+                        self._handle_request(connection)
+                except Exception:  # noqa: BLE001 - a client's request, whatever it did, costs that client only
+                    connection.gone = True
             else:
                 self._on_exit(key.data)
         for connection in list(self._connections):
@@ -205,16 +217,10 @@ class _Server:
         return connection
 
     def _accept(self) -> None:
-        try:
-            sock, _ = self._listener.accept()
-        except OSError:
-            return
         # Only this user's processes may ask for a task (the socket's folder is private too).
-        uid = struct.unpack("3i", sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i")))[1]
-        if uid != os.getuid():
-            sock.close()
-            return
-        self._add(sock)
+        sock = fork_greeter.accept_own(self._listener)
+        if sock is not None:
+            self._add(sock)
 
     def _drop(self, connection: _Connection) -> None:
         """The client has gone: its tasks go with it, as they would with a server of their own."""
@@ -229,20 +235,29 @@ class _Server:
 
     def _handle_request(self, connection: _Connection) -> None:
         """Reads and answers one request; a client that has gone or sent something that is not a request is
-        dropped (only its own tasks go with it)."""
+        dropped, and one whose request cannot be served now (out of descriptors, processes, memory) is told
+        why: only its own tasks go with it, never the server or another client's."""
         try:
-            data, fds, _, _ = socket.recv_fds(connection.sock, fork_protocol.MAX_MESSAGE, fork_protocol.MAX_FDS)
+            data, fds, flags, _ = socket.recv_fds(connection.sock, fork_protocol.MAX_MESSAGE, fork_protocol.MAX_FDS)
         except BlockingIOError:
             return
-        except OSError:
+        except OSError as err:
+            # Out of descriptors for the ones it sent: the request stays unread, so the client is told and dropped.
+            if err.errno in (errno.EMFILE, errno.ENFILE):
+                connection.send({"refused": f"the fork server is out of file descriptors: {err.strerror}"})
             connection.gone = True
             return
         try:
-            request = fork_protocol.decode_request(data, len(fds)) if data else None
+            truncated = flags & (socket.MSG_TRUNC | socket.MSG_CTRUNC)
+            request = fork_protocol.decode_request(data, len(fds)) if data and not truncated else None
             if request is None:
                 connection.gone = True
                 return
-            self._answer(connection, request, fds)
+            try:
+                self._answer(connection, request, fds)
+            except (OSError, MemoryError) as err:
+                why = err.strerror if isinstance(err, OSError) and err.strerror else type(err).__name__
+                connection.send({"id": request["id"], "refused": f"the fork server cannot fork now: {why}"})
         finally:
             for fd in fds:
                 os.close(fd)
@@ -260,18 +275,29 @@ class _Server:
         sys_path = python_path.task_sys_path(
             sys.path, self._path_entries, task_entries, safe_path=python_path.SAFE_PATH
         )
+        # Taken before the fork: a child whose pidfd cannot be had is never made.
+        ready_read, ready_write = os.pipe2(os.O_CLOEXEC)
         try:
-            pid = self._fork(request, fds, sys_path)
-        except OSError as err:
-            connection.send({"id": request["id"], "refused": f"fork() failed: {err.strerror}"})
-            return
-        pidfd = os.pidfd_open(pid)
+            pid = self._fork(request, fds, sys_path, (ready_read, ready_write))
+        except BaseException:
+            os.close(ready_read)
+            raise
+        finally:
+            os.close(ready_write)
+        try:
+            pidfd = _started(pid, ready_read)
+        except BaseException:
+            _kill_group(pid)
+            os.waitpid(pid, 0)
+            raise
+        finally:
+            os.close(ready_read)
         self._children[pid] = (pidfd, connection)
         connection.children.add(pid)
         self._selector.register(pidfd, selectors.EVENT_READ, pid)
         connection.send({"id": request["id"], "pid": pid})
 
-    def _fork(self, request: dict, fds: list[int], sys_path: list[str]) -> int:
+    def _fork(self, request: dict, fds: list[int], sys_path: list[str], ready_pipe: tuple[int, int]) -> int:
         sys.stdout.flush()
         sys.stderr.flush()
         server_pid = os.getpid()
@@ -288,10 +314,12 @@ class _Server:
                 own = [c.sock.fileno() for c in self._connections] + [fd for fd, _ in self._children.values()]
                 if self._listener is not None:
                     own.append(self._listener.fileno())
-                own.append(self._selector.fileno())
+                own += [self._selector.fileno(), ready_pipe[0]]
                 _restore_signals()
                 signal.pthread_sigmask(signal.SIG_UNBLOCK, _TASK_SIGNALS)
-                fork_child.run(request, fds, server_pid=server_pid, close_fds=own, sys_path=sys_path)  # never returns
+                fork_child.run(  # never returns
+                    request, fds, server_pid=server_pid, close_fds=own, sys_path=sys_path, ready_fd=ready_pipe[1]
+                )
         finally:
             signal.pthread_sigmask(signal.SIG_UNBLOCK, _TASK_SIGNALS)
         return pid
@@ -314,11 +342,23 @@ class _Server:
         self._children.clear()
 
 
+def _started(pid: int, ready_read: int) -> int:
+    """Waits (bounded) until the child leads its own session, then returns a pidfd on it.
+
+    Only then is its pid given to anyone: a kill of its process group from then on
+    reaches it and everything it starts.
+    """
+    ready, _, _ = select.select([ready_read], [], [], _CHILD_START_SECS)
+    if not ready or os.read(ready_read, 1) != b"1":
+        raise OSError(errno.ECHILD, "the forked child did not start")
+    return os.pidfd_open(pid)
+
+
 def _kill_group(pid: int) -> None:
-    try:
-        os.killpg(pid, signal.SIGKILL)
-    except ProcessLookupError:
-        pass
+    """SIGKILLs an unreaped child and its process group: the child first, so that it can start nothing more."""
+    for kill in (os.kill, os.killpg):
+        with contextlib.suppress(ProcessLookupError):
+            kill(pid, signal.SIGKILL)
 
 
 # The dispositions a task starts with, as a fresh Python's: the listening server's
@@ -346,19 +386,26 @@ def _end_on_signal(signum, _frame) -> None:
 
 
 def listen(path: str) -> socket.socket:
-    """A listening socket at ``path`` that only this user can reach; ValueError when another server holds it."""
+    """A listening socket at ``path`` that only this user can reach; ValueError when another server of this
+    user holds it, or when ``path`` is in a folder others can write (a client would refuse it)."""
+    refusal = server_trust.folder_refusal(os.path.dirname(os.path.abspath(path)))
+    if refusal:
+        raise ValueError(refusal)
     if os.path.lexists(path):
         if not stat.S_ISSOCK(os.lstat(path).st_mode):
             raise ValueError(f"{path} exists and is not a socket")
         probe = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        probe.settimeout(_SEND_TIMEOUT_SECS)
         try:
             probe.connect(path)
-        except (ConnectionRefusedError, FileNotFoundError):
-            os.unlink(path)  # left by a server that died
-        else:
-            raise ValueError(f"a fork server already listens at {path}")
+            ours = server_trust.peer_uid_pid(probe)[0] == os.getuid()
+        except OSError:  # refused, gone, or stalled past its backlog: left by a server that died
+            ours = False
         finally:
             probe.close()
+        if ours:
+            raise ValueError(f"a fork server already listens at {path}")
+        os.unlink(path)  # a dead server's, or planted by someone else: not a server this user's launches may use
     listener = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
     old_umask = os.umask(0o077)
     try:
@@ -367,6 +414,11 @@ def listen(path: str) -> socket.socket:
         os.umask(old_umask)
     listener.listen(64)
     return listener
+
+
+def default_path() -> str:
+    """Where ``--listen`` with no PATH puts the socket: the per-user state folder, which only this user can write."""
+    return os.path.join(paths.state_dir(), "fork_server.sock")
 
 
 def _serve_socket_pair(fd: int, modules: list[str]) -> int:
@@ -399,17 +451,20 @@ def _serve_at(path: str, modules: list[str]) -> int:
     except (OSError, ValueError) as err:
         _say(f"fork_server: cannot listen at {path}: {err}")
         return 2
-    # Clients may connect from now on: they wait in the backlog until the imports are done.
+    # Clients may connect from now on: they are told the server is importing, and served once it is done.
     _say(f"fork_server: listening at {path} (pid {os.getpid()}); importing TensorFlow")
+    accepted: list[socket.socket] = []
     try:
         with _quiet_stderr():  # TensorFlow's import chatter; a failed import is said in one line below
-            refusal = server.prepare(modules)
+            refusal = server.prepare(modules, importing=lambda: fork_greeter.greeting(listener, accepted))
         if refusal:
             _say(f"fork_server: {refusal}")
             return 1
         _say("fork_server: ready")
-        server.serve_listening(listener)
+        server.serve_listening(listener, accepted)
     finally:
+        for sock in accepted:
+            sock.close()
         listener.close()
         with contextlib.suppress(FileNotFoundError):
             os.unlink(path)
@@ -438,6 +493,12 @@ def _say(line: str) -> None:
 
 
 def main(argv: list[str]) -> int:
+    if len(argv) == 2 and argv[1] == "--listen":
+        try:
+            return _serve_at(default_path(), [])
+        except ConfigError as err:
+            _say(f"fork_server: {err}")
+            return 2
     if len(argv) >= 3 and argv[1] == "--listen" and argv[2] and not argv[2].startswith("\0"):
         return _serve_at(argv[2], argv[3:])
     if len(argv) >= 2 and argv[1].isdigit():
@@ -448,11 +509,12 @@ def main(argv: list[str]) -> int:
 
 
 _USAGE = """\
-usage: python -m ps_toolkit.process.fork_server --listen PATH [MODULE ...]
+usage: python -m ps_toolkit.process.fork_server --listen [PATH [MODULE ...]]
   Imports TensorFlow once, then forks the tasks of every launch whose environment has
   PS_TOOLKIT_FORK_SERVER=PATH (absolute, so that launches from any folder find it; only this
-  user can connect). MODULEs are imported too, before the first fork. SIGTERM or SIGINT end
-  it and its tasks.
+  user can connect, and PATH must be in a folder only this user can write). Without PATH it
+  listens at $TMPDIR/ps_toolkit-<uid>/fork_server.sock, the per-user state folder. MODULEs are
+  imported too, before the first fork. SIGTERM or SIGINT end it and its tasks.
   (python -m ps_toolkit.process.fork_server FD [MODULE ...] is a launch's own server, started by fork_client.)
 """
 

@@ -10,12 +10,12 @@ its ``predictions``.
 from __future__ import annotations
 
 import os
-import shutil
-import tempfile
 
 import tensorflow as tf
 
+from ps_toolkit.base import environment_errors
 from ps_toolkit.base.errors import ConfigError
+from ps_toolkit.training import export_swap
 from ps_toolkit.training.model_api import ModeKeys, ModelDefinition, function_name
 from ps_toolkit.training.model_calls import call_input_fn, call_model_fn
 
@@ -27,19 +27,19 @@ def export_saved_model(
 ) -> str:
     """Writes the SavedModel to ``export_dir`` (replacing one there) and returns the path.
 
-    Its inputs are the features the input_fn yields for ``input_context``.
+    Its inputs are the features the input_fn yields for ``input_context``. The model is
+    written to a staging folder beside ``export_dir`` (export_swap), and a full disk or a
+    refused write is one line naming ``export_dir``.
     """
     checkpoint = tf.train.latest_checkpoint(checkpoint_dir)
     if checkpoint is None:
         raise ConfigError(f"no checkpoint in {checkpoint_dir} to export")
-    parent = os.path.dirname(os.path.abspath(export_dir))
-    os.makedirs(parent, exist_ok=True)
-    staging = tempfile.mkdtemp(prefix=".export-", dir=parent)
-    try:
+    with (
+        environment_errors.reported(f"exporting the SavedModel to --export_dir={export_dir}"),
+        export_swap.staging_folder(export_dir) as staging,
+    ):
         _write(definition, input_context, checkpoint, os.path.join(staging, "model"), partitioner)
-        _replace(os.path.join(staging, "model"), export_dir)
-    finally:
-        shutil.rmtree(staging, ignore_errors=True)
+        export_swap.swap_in(os.path.join(staging, "model"), export_dir)
     return export_dir
 
 
@@ -88,16 +88,3 @@ def _signature_outputs(spec) -> dict:
 
 def _as_dict(outputs) -> dict:
     return dict(outputs) if isinstance(outputs, dict) else {"output": outputs}
-
-
-def _replace(new: str, export_dir: str) -> None:
-    """Puts ``new`` at ``export_dir``; a model already there is replaced, never left half written."""
-    old = None
-    if os.path.exists(export_dir):
-        if not os.path.isfile(os.path.join(export_dir, "saved_model.pb")) and os.listdir(export_dir):
-            raise ConfigError(f"--export_dir={export_dir} holds files that are not a SavedModel; not replacing them")
-        old = tempfile.mkdtemp(prefix=".export-old-", dir=os.path.dirname(os.path.abspath(export_dir)))
-        os.rename(export_dir, os.path.join(old, "model"))
-    os.rename(new, export_dir)
-    if old:
-        shutil.rmtree(old, ignore_errors=True)
