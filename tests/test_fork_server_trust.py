@@ -23,7 +23,7 @@ import psutil
 import pytest
 
 from ps_toolkit.launch import task_plan
-from ps_toolkit.process import fork_client, fork_protocol, fork_server, server_trust
+from ps_toolkit.process import fork_client, fork_protocol, fork_server
 from ps_toolkit.process.fork_client import ForkServer, ForkUnavailable
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -104,6 +104,7 @@ def test_a_socket_moved_into_a_private_folder_is_still_refused_by_its_peers_user
         client.wait_ready()
     client.close()
     # The user's own server is not stopped by it: the planted socket is replaced.
+    from ps_toolkit.process import server_trust
     listener = fork_server.listen(moved)
     probe = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
     try:
