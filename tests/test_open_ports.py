@@ -111,7 +111,8 @@ class Attacker:
 
 def guard_rules(spaces) -> list[str]:
     listing = subprocess.run(spaces.command(0, "iptables", "-S", "INPUT"), capture_output=True, text=True, timeout=20)
-    return [line for line in listing.stdout.splitlines() if f'"ps_toolkit port {PORT}"' in line]
+    marks = (f'"ps_toolkit port {PORT}"', f'"ps_toolkit port {PORT} owner ')
+    return [line for line in listing.stdout.splitlines() if any(mark in line for mark in marks)]
 
 
 def start(spaces, argv: list[str]) -> subprocess.Popen:
