@@ -27,6 +27,8 @@ if port_guard.unavailable_reason():
 
 
 HERE = Path(os.path.realpath(__file__)).parent
+# The port guards' rules when the session started: it must leave the INPUT chain as it found it.
+_RULES_AT_START = pytest.StashKey[set]()
 
 # The files that take longest (30 s and more of one worker's time in a full run), started first
 # in this order: the workers then end together, not one running a long file alone while the
@@ -57,9 +59,18 @@ LONGEST_FIRST = (
 )
 
 
+def _guard_rules() -> set[str]:
+    """Every port guard's packet-filter rule in this namespace now (none where none can be installed)."""
+    if port_guard.unavailable_reason():
+        return set()
+    return {f"{tool} {' '.join(spec)}" for tool in port_guard.tools() for spec, _, _ in port_guard.guard_rules(tool)}
+
+
 def pytest_configure(config):
     # absl-based code reads flags; under pytest nothing parses them.
     flags.FLAGS.mark_as_parsed()
+    if not hasattr(config, "workerinput"):  # the session's own process (xdist's controller), not a worker
+        config.stash[_RULES_AT_START] = _guard_rules()
     missing = [path for path in LONGEST_FIRST if not (HERE / path).is_file()]
     if missing:
         raise pytest.UsageError(f"conftest.py LONGEST_FIRST names files that do not exist: {', '.join(missing)}")
@@ -94,3 +105,16 @@ def host_fork_server(tmp_path_factory):
     yield path
     os.environ.pop(fork_client.HOST_SERVER_ENV, None)
     fork_client.stop_host_server(process)
+
+
+def pytest_sessionfinish(session, exitstatus):
+    """Fails the session if its tests left port-guard rules behind (checked once every worker has ended)."""
+    if hasattr(session.config, "workerinput") or _RULES_AT_START not in session.config.stash:
+        return
+    left = sorted(_guard_rules() - session.config.stash[_RULES_AT_START])
+    if left:
+        reporter = session.config.pluginmanager.get_plugin("terminalreporter")
+        lines = [f"the tests left {len(left)} port-guard rule(s) in the INPUT chain:", *left]
+        if reporter is not None:
+            reporter.write_line("\n".join(lines), red=True)
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED

@@ -108,7 +108,7 @@ def admitted_sources(hosts: list[str]) -> tuple[list[str], list[str]]:
     return sorted(v4), sorted(v6)
 
 
-def _tools() -> list[str]:
+def tools() -> list[str]:
     return ["iptables", "ip6tables"] if _has_ipv6() and shutil.which("ip6tables") else ["iptables"]
 
 
@@ -160,7 +160,7 @@ def installed_rules(tool: str, port: int, owner: str | None = None) -> list[list
 def remove_rules(port: int, owner: str | None) -> int:
     """Removes the rules this owner installed on this port, from every tool; returns how many."""
     removed = 0
-    for tool in _tools():
+    for tool in tools():
         for spec in installed_rules(tool, port, owner):
             removed += _run(tool, "-D", "INPUT", *spec).returncode == 0
     return removed
@@ -169,7 +169,7 @@ def remove_rules(port: int, owner: str | None) -> int:
 def remove_stale_rules(port: int) -> int:
     """Removes the rules whose guardian no longer runs (any port), and older versions' owner-less ones on ``port``."""
     removed = 0
-    for tool in _tools():
+    for tool in tools():
         for spec, rule_port, owner in guard_rules(tool):
             stale = rule_port == port if owner is None else owner_id(int(owner.split(".")[0])) != owner
             if stale:
@@ -181,7 +181,7 @@ def install_rules(port: int, v4: list[str], v6: list[str], owner: str) -> None:
     """Removes stale rules, then installs this owner's; raises GuardUnavailable (none of its own left) on failure."""
     remove_stale_rules(port)
     specs = rules(port, v4, v6, owner)
-    for tool in _tools():
+    for tool in tools():
         for spec in specs[tool]:
             done = _run(tool, "-I", "INPUT", "1", *spec)
             if done.returncode != 0:
