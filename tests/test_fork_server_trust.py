@@ -7,6 +7,7 @@ task forked for a client that goes, however it goes, goes with it.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import pwd
@@ -105,6 +106,7 @@ def test_a_socket_moved_into_a_private_folder_is_still_refused_by_its_peers_user
     client.close()
     # The user's own server is not stopped by it: the planted socket is replaced.
     from ps_toolkit.process import server_trust
+
     listener = fork_server.listen(moved)
     probe = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
     try:
@@ -275,3 +277,73 @@ def test_a_client_that_goes_right_after_its_request_takes_the_task_with_it(host,
         assert _reads_to_end(read_end, BOUND_SECS / 2), f"attempt {attempt}: the task outlived its client"
     _, alive = psutil.wait_procs(psutil.Process(process.pid).children(), timeout=BOUND_SECS / 2)
     assert process.poll() is None and alive == []
+
+
+# A launcher killed at any moment leaves nothing.
+
+LAUNCHER = os.path.join(ROOT, "scripts", "launch_local.py")
+FAKE_TASK = os.path.join(ROOT, "tests", "fixtures", "fake_task.py")
+RUN_LEGACY = os.path.join(ROOT, "scripts", "run_legacy.py")
+
+
+@pytest.mark.slow
+def test_launchers_killed_at_random_moments_of_start_up_leave_no_task(tmp_path):
+    """SIGKILL at a random moment between the launcher's start and its tasks' first lines, many times: every task
+    it started (forked from the session's host server, or exec'd) is gone within the bound."""
+    import random
+
+    host = psutil.Process(host_server_pid(os.environ[fork_client.HOST_SERVER_ENV]))
+    chooser = random.Random(32)
+    for attempt in range(8):
+        isolation = ["--isolation=none", "--allow_open_ports"] if attempt % 2 else []
+        argv = [sys.executable, LAUNCHER, f"--log_dir={tmp_path / str(attempt)}", "--nochart", *isolation, "--"]
+        records = tmp_path / f"records{attempt}"
+        records.mkdir()
+        argv += [sys.executable, RUN_LEGACY, FAKE_TASK, f"--record_dir={records}", "--hang=worker:0,worker:1"]
+        launcher = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, cwd=ROOT)
+        try:
+            # Half at a moment after the cluster is chosen (the tasks are being started), half at any moment.
+            if attempt < 4:
+                _read_until(launcher, "launcher: cluster ")
+            delay = chooser.uniform(0, 0.3 if attempt < 4 else 2.0)
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                launcher.wait(timeout=delay)  # the moment of the kill, chosen at random (not a synchronisation)
+        finally:
+            launcher.kill()
+            launcher.communicate(timeout=BOUND_SECS)
+        left = _launch_remains(host, records)
+        assert left == [], f"attempt {attempt} (killed {delay:.3f} s in): {left}"
+
+
+def host_server_pid(path: str) -> int:
+    found = [p.pid for p in psutil.Process().children() if path in p.cmdline()]
+    assert len(found) == 1, found
+    return found[0]
+
+
+def _read_until(launcher: subprocess.Popen, prefix: str) -> None:
+    deadline = time.monotonic() + BOUND_SECS
+    output = b""
+    while time.monotonic() < deadline:
+        readable, _, _ = select.select([launcher.stdout], [], [], max(0.0, deadline - time.monotonic()))
+        line = launcher.stdout.readline() if readable else b""
+        output += line
+        if not line or line.decode(errors="replace").startswith(prefix):
+            return
+    pytest.fail(f"no {prefix!r} line: {output.decode(errors='replace')[-2000:]}")
+
+
+def _launch_remains(host: psutil.Process, records) -> list:
+    """The launch's processes still alive after a bound: the host server's tasks and every recorded task."""
+    recorded = []
+    for record in records.glob("*.json"):
+        with contextlib.suppress(psutil.NoSuchProcess, ValueError, KeyError):
+            proc = psutil.Process(json.loads(record.read_text())["pid"])
+            if FAKE_TASK in proc.cmdline() or proc.ppid() == host.pid:  # not a later process with its pid
+                recorded.append(proc)
+    suspects = {p.pid: p for p in [*host.children(), *recorded]}
+    _, alive = psutil.wait_procs(list(suspects.values()), timeout=20)
+    alive = [p for p in alive if p.status() != psutil.STATUS_ZOMBIE]
+    for proc in alive:
+        proc.kill()
+    return alive
