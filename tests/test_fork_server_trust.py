@@ -294,7 +294,7 @@ def test_launchers_killed_at_random_moments_of_start_up_leave_no_task(tmp_path):
 
     host = psutil.Process(host_server_pid(os.environ[fork_client.HOST_SERVER_ENV]))
     chooser = random.Random(32)
-    for attempt in range(8):
+    for attempt in range(10):
         isolation = ["--isolation=none", "--allow_open_ports"] if attempt % 2 else []
         argv = [sys.executable, LAUNCHER, f"--log_dir={tmp_path / str(attempt)}", "--nochart", *isolation, "--"]
         records = tmp_path / f"records{attempt}"
@@ -302,10 +302,10 @@ def test_launchers_killed_at_random_moments_of_start_up_leave_no_task(tmp_path):
         argv += [sys.executable, RUN_LEGACY, FAKE_TASK, f"--record_dir={records}", "--hang=worker:0,worker:1"]
         launcher = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, cwd=ROOT)
         try:
-            # Half at a moment after the cluster is chosen (the tasks are being started), half at any moment.
-            if attempt < 4:
+            # Most in the 20 ms after the cluster is chosen (its tasks are being forked), the rest at any moment.
+            if attempt < 7:
                 _read_until(launcher, "launcher: cluster ")
-            delay = chooser.uniform(0, 0.3 if attempt < 4 else 2.0)
+            delay = chooser.uniform(0, 0.02 if attempt < 7 else 2.0)
             with contextlib.suppress(subprocess.TimeoutExpired):
                 launcher.wait(timeout=delay)  # the moment of the kill, chosen at random (not a synchronisation)
         finally:

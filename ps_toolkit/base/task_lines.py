@@ -1,3 +1,5 @@
-"""The lines a task prints for its launcher to read: each progress record is this prefix and one JSON object."""
+"""The lines a task prints for its launcher to read: each progress record is this prefix and one JSON object;
+lines with the log-only prefix (a user error's traceback) stay in the task's log, off the console."""
 
 PROGRESS_PREFIX = "ps_toolkit progress: "
+LOG_ONLY_PREFIX = "ps_toolkit log only: "

@@ -20,7 +20,7 @@ import os
 import re
 from collections.abc import Callable
 
-from ps_toolkit.base.task_lines import PROGRESS_PREFIX
+from ps_toolkit.base.task_lines import LOG_ONLY_PREFIX, PROGRESS_PREFIX
 
 TAIL_LINES = 20
 # The stream name of a log file that a task writes both its stdout and stderr into.
@@ -129,7 +129,7 @@ class ConsoleFilter:
         self._after_instructions = {"stdout": False, "stderr": False, LOG: False}
 
     def shows(self, stream: str, line: str) -> bool:
-        if line.startswith(PROGRESS_PREFIX):
+        if line.startswith((PROGRESS_PREFIX, LOG_ONLY_PREFIX)):
             return False
         match = _LOG_LINE.match(line)
         if match:

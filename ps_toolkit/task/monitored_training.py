@@ -135,7 +135,7 @@ def train(
         progress = _progress_hook(cluster, config, graph, on_progress)
         evaluation = _final_evaluation(cluster, config, definition, graph, target, session_config)
         hooks = _hooks(cluster, config, graph, progress, evaluation)
-        _run_session(cluster, target, config, graph, hooks, progress, session_config)
+        _run_session(cluster, target, config, graph, hooks, progress, session_config, evaluation)
         if progress.local_steps:
             progress.emit()
         metrics = evaluation.metrics if evaluation else None
@@ -190,6 +190,7 @@ def _final_evaluation(
         partitioner=graph.partitioner,
         session_config=session_config,
         max_batches=config.eval_steps,
+        bound_secs=config.watchdog_secs or None,
     )
 
 
@@ -216,14 +217,18 @@ def _hooks(
     return hooks
 
 
-def _run_session(cluster, target, config, graph: TrainGraph, hooks, progress, session_config) -> None:
-    """The MonitoredSession loop, under the watchdog, until a hook asks to stop."""
+def _run_session(cluster, target, config, graph: TrainGraph, hooks, progress, session_config, evaluation) -> None:
+    """The MonitoredSession loop, under the watchdog, until a hook asks to stop; the final ``evaluation``'s
+    batches count as progress, and a stall in it is named as its own."""
     creator = _session_creator(cluster, config, graph, target, session_config)
     waiting_for = "the chief to initialize or restore the model" if not cluster.is_chief else "the ps tasks"
     with ProgressWatchdog(
         cluster, timeout_secs=config.watchdog_secs, waiting_for=waiting_for, sync_replicas=config.sync_replicas
     ) as watchdog:
         progress.add_listener(watchdog.beat)
+        if evaluation is not None:
+            evaluation.on_start = lambda: watchdog.expect("the final evaluation's next batch (its eval_input_fn)")
+            evaluation.on_batch = watchdog.working
         if cluster.is_chief and config.checkpoint_dir:
             checkpoints.check_ps_share_checkpoint_dir(cluster, target, config.checkpoint_dir, session_config)
         try:
@@ -232,12 +237,30 @@ def _run_session(cluster, target, config, graph: TrainGraph, hooks, progress, se
             ) as session:
                 watchdog.expect(_step_dependency(cluster, config))
                 while not session.should_stop():
-                    _run_step(session, graph, config, cluster, progress)
+                    try:
+                        _run_step(session, graph, config, cluster, progress)
+                    except tf.errors.OutOfRangeError as err:
+                        # MonitoredSession would end the loop as if training were done: it is not.
+                        if _END_OF_INPUT not in err.message:
+                            raise
+                        raise _input_ended(cluster, config, progress) from None
         except tf.compat.v1.train.NanLossDuringTrainingError:
             rate = f" (was {graph.learning_rate})" if graph.learning_rate is not None else ""
             raise ConfigError(
                 f"loss became NaN near global step {progress.last_global_step}; lower --learning_rate{rate}"
             ) from None
+
+
+# What a dataset iterator's get-next says when the input has no more elements.
+_END_OF_INPUT = "End of sequence"
+
+
+def _input_ended(cluster: ClusterConfig, config: TrainConfig, progress) -> ConfigError:
+    """The training input ran out before ``--train_steps``: a run that trained less than asked is no success."""
+    return ConfigError(
+        f"{cluster.device}: the input_fn's dataset ended at global step {progress.last_global_step} of "
+        f"--train_steps={config.train_steps}; repeat it (dataset.repeat()) or lower --train_steps"
+    )
 
 
 # A step's error lists every status its parts raised, the first one giving its type: these beside a

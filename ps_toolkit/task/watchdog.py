@@ -96,6 +96,12 @@ class ProgressWatchdog:
                 self._next_report = None
                 self._restarts.clear()
 
+    def working(self) -> None:
+        """Progress that is not a new global step (an evaluation's batch): restarts the clock."""
+        with self._lock:
+            self._last_change = time.monotonic()
+            self._next_report = None
+
     def __enter__(self) -> ProgressWatchdog:
         self._thread.start()
         return self

@@ -38,11 +38,19 @@ class EvalGraph:
     values: dict
     batches: tf.Tensor  # the dataset's cardinality: negative when infinite or unknown
 
-    def run(self, session, max_batches: int | None = None) -> dict:
-        """Every metric over the eval dataset (at most ``max_batches`` batches), as floats."""
+    def run(self, session, max_batches: int | None = None, bound_secs: float | None = None, on_batch=None) -> dict:
+        """Every metric over the eval dataset (at most ``max_batches`` batches), as floats.
+
+        A dataset that repeats forever is refused; one whose length is unknown (a generator,
+        a filter) is evaluated for at most ``bound_secs`` and refused past it. ``on_batch()``
+        is called after each batch (the watchdog counts it as progress).
+        """
         session.run(self.initializer)
-        if max_batches is None and session.run(self.batches) == tf.data.INFINITE_CARDINALITY:
+        cardinality = session.run(self.batches)
+        if max_batches is None and cardinality == tf.data.INFINITE_CARDINALITY:
             raise ConfigError("the eval_input_fn's dataset repeats forever; end it or give --eval_steps")
+        bounded = max_batches is None and cardinality < 0 and bound_secs
+        deadline = time.monotonic() + bound_secs if bounded else None
         done = 0
         while max_batches is None or done < max_batches:
             try:
@@ -50,6 +58,13 @@ class EvalGraph:
             except tf.errors.OutOfRangeError:
                 break
             done += 1
+            if on_batch is not None:
+                on_batch()
+            if deadline is not None and time.monotonic() > deadline:
+                raise ConfigError(
+                    f"the eval_input_fn's dataset did not end within {bound_secs:g} s ({done} batches; its length "
+                    "is unknown, as a generator's is): end it or give --eval_steps"
+                )
         return {name: float(value) for name, value in session.run(self.values).items()}
 
 
@@ -101,9 +116,13 @@ class FinalEvaluationHook(tf.compat.v1.train.SessionRunHook):
         partitioner=None,
         session_config=None,
         max_batches: int | None = None,
+        bound_secs: float | None = None,
     ):
         self._definition, self._target, self._device = definition, target, device
         self._partitioner, self._session_config, self._max_batches = partitioner, session_config, max_batches
+        self._bound_secs = bound_secs
+        # Told when the evaluation starts and after each batch (the task's watchdog: progress that is not a step).
+        self.on_start = self.on_batch = None
         self._variable_devices: dict[str, str] = {}
         self._built: tuple | None = None  # (graph, EvalGraph, initializer of the variables made here)
         self.metrics: dict | None = None
@@ -122,7 +141,9 @@ class FinalEvaluationHook(tf.compat.v1.train.SessionRunHook):
         graph, eval_graph, own_variables_init = self._built or self._build()
         with tf.compat.v1.Session(self._target, graph=graph, config=self._session_config) as eval_session:
             eval_session.run(own_variables_init)
-            self.metrics = eval_graph.run(eval_session, self._max_batches)
+            if self.on_start is not None:
+                self.on_start()
+            self.metrics = eval_graph.run(eval_session, self._max_batches, self._bound_secs, self.on_batch)
 
     def _build(self) -> tuple:
         graph = tf.Graph()
@@ -187,7 +208,7 @@ def _evaluate_each_checkpoint(
             ):
                 saver.restore(session, path)
                 step = int(session.run(global_step))
-                metrics = eval_graph.run(session, config.eval_steps)
+                metrics = eval_graph.run(session, config.eval_steps, config.watchdog_secs or None)
                 write_summary(writer, step, metrics)
                 records.append({"global_step": step, **metrics})
                 log.info("evaluated %s: step %d, %s", path, step, _format(metrics))

@@ -10,10 +10,13 @@ from __future__ import annotations
 
 import contextlib
 import inspect
+import sys
+import traceback
 
 import tensorflow as tf
 
-from ps_toolkit.base.errors import ConfigError
+from ps_toolkit.base.errors import ConfigError, ToolkitError
+from ps_toolkit.base.task_lines import LOG_ONLY_PREFIX
 from ps_toolkit.training.model_api import InputContext, ModeKeys, ModelDefinition, ModelSpec
 
 MODEL_SCOPE = "model"
@@ -41,8 +44,9 @@ def call_model_fn(
     """
     added = {}
     with _new_entries_removed(_LOOP_BODY_COLLECTIONS, added) if inner else contextlib.nullcontext():
-        with tf.compat.v1.variable_scope(
-            MODEL_SCOPE, reuse=reuse, custom_getter=custom_getter, partitioner=partitioner
+        with (
+            tf.compat.v1.variable_scope(MODEL_SCOPE, reuse=reuse, custom_getter=custom_getter, partitioner=partitioner),
+            user_code_errors(definition.name),
         ):
             result = _call_with_accepted_args(
                 definition.model_fn,
@@ -59,6 +63,23 @@ def call_model_fn(
         with tf.control_dependencies(update_ops):
             spec = ModelSpec(**{**spec.__dict__, "loss": tf.identity(spec.loss)})
     return spec
+
+
+@contextlib.contextmanager
+def user_code_errors(name: str):
+    """An exception a user's function raises becomes one line (ConfigError, status 2) naming the function;
+    its traceback goes to this task's stderr, its log, on lines the launcher keeps off the console."""
+    try:
+        yield
+    except ToolkitError:
+        raise
+    except Exception as err:  # noqa: BLE001 - whatever the user's code raised is the user's error
+        lines = "".join(traceback.format_exception(err)).splitlines()
+        sys.stderr.write("".join(f"{LOG_ONLY_PREFIX}{line}\n" for line in lines))
+        sys.stderr.flush()
+        detail = str(err).strip().splitlines()
+        said = f"{type(err).__name__}: {detail[0][:300]}" if detail else type(err).__name__
+        raise ConfigError(f"{name} raised {said} (the traceback is in this task's log)") from None
 
 
 @contextlib.contextmanager
@@ -126,7 +147,8 @@ def call_input_fn(input_fn, name: str, input_context: InputContext | None = None
         p.name != "params" and p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD) for p in parameters.values()
     ):
         args.append(input_context)
-    dataset = input_fn(*args, **kwargs)
+    with user_code_errors(name):
+        dataset = input_fn(*args, **kwargs)
     if not isinstance(dataset, tf.data.Dataset):
         raise ConfigError(f"{name} returned {type(dataset).__name__}, not a tf.data.Dataset of (features, labels)")
     spec = dataset.element_spec
