@@ -258,8 +258,8 @@ _END_OF_INPUT = "End of sequence"
 def _input_ended(cluster: ClusterConfig, config: TrainConfig, progress) -> ConfigError:
     """The training input ran out before ``--train_steps``: a run that trained less than asked is no success."""
     return ConfigError(
-        f"{cluster.device}: the input_fn's dataset ended at global step {progress.last_global_step} of "
-        f"--train_steps={config.train_steps}; repeat it (dataset.repeat()) or lower --train_steps"
+        f"{cluster.device}: the input_fn's dataset ended after {progress.local_steps} steps of this replica, "
+        f"before --train_steps={config.train_steps}; repeat it (dataset.repeat()) or lower --train_steps"
     )
 
 
