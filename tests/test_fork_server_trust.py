@@ -24,7 +24,7 @@ import psutil
 import pytest
 
 from ps_toolkit.launch import task_plan
-from ps_toolkit.process import fork_client, fork_protocol, fork_server
+from ps_toolkit.process import fork_client, fork_protocol
 from ps_toolkit.process.fork_client import ForkServer, ForkUnavailable
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -105,9 +105,9 @@ def test_a_socket_moved_into_a_private_folder_is_still_refused_by_its_peers_user
         client.wait_ready()
     client.close()
     # The user's own server is not stopped by it: the planted socket is replaced.
-    from ps_toolkit.process import server_trust
+    from ps_toolkit.process import host_socket, server_trust
 
-    listener = fork_server.listen(moved)
+    listener = host_socket.listen(moved)
     probe = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
     try:
         probe.connect(moved)
@@ -134,8 +134,10 @@ def test_a_socket_in_a_folder_others_can_write_is_refused_by_client_and_server(e
     finally:
         listener.close()
     os.unlink(path)
+    from ps_toolkit.process import host_socket
+
     with pytest.raises(ValueError, match=f"{shared} is a folder other users can write"):
-        fork_server.listen(path)
+        host_socket.listen(path)
     argv = [sys.executable, "-m", "ps_toolkit.process.fork_server", "--listen", path]
     done = subprocess.run(argv, capture_output=True, text=True, timeout=BOUND_SECS, cwd=ROOT)
     assert done.returncode == 2 and len(done.stdout.splitlines()) == 1 and not done.stderr, done

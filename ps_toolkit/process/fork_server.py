@@ -25,7 +25,9 @@ The host's server (``--listen PATH``) pays the import once for every launch
 on the host: each launch whose environment names it (``PS_TOOLKIT_FORK_SERVER``,
 fork_client) connects to it instead of starting its own. It serves each client
 as a launch's own server would: when a client goes, however it goes, its
-tasks are SIGKILLed. Only processes of this server's user may connect. It
+tasks are SIGKILLed. Only processes of this server's user may connect, and its
+socket must lie in a folder only that user can write (``host_socket``); while it
+imports, it tells each client so at once (a client bypasses a silent server). It
 prints a line once it listens (or why it cannot: exit 2), one once its
 imports are done (clients that connect before wait for them), and serves
 until SIGTERM or SIGINT, which end its tasks and remove PATH.
@@ -42,14 +44,13 @@ import select
 import selectors
 import signal
 import socket
-import stat
 import sys
 import warnings
 
-from ps_toolkit.base import paths, tf_import, tf_internals
+from ps_toolkit.base import tf_import, tf_internals
 from ps_toolkit.base.errors import ConfigError
 from ps_toolkit.base.paths import PACKAGE_PARENT
-from ps_toolkit.process import fork_child, fork_greeter, fork_protocol, python_path, server_trust
+from ps_toolkit.process import fork_child, fork_protocol, host_socket, python_path
 
 # Threads that TensorFlow 2.21's ``import tensorflow`` starts (after numpy's
 # OpenBLAS pool, which is counted before it and is fork-safe: it re-creates
@@ -218,7 +219,7 @@ class _Server:
 
     def _accept(self) -> None:
         # Only this user's processes may ask for a task (the socket's folder is private too).
-        sock = fork_greeter.accept_own(self._listener)
+        sock = host_socket.accept_own(self._listener)
         if sock is not None:
             self._add(sock)
 
@@ -385,42 +386,6 @@ def _end_on_signal(signum, _frame) -> None:
     raise SystemExit(128 + signum)
 
 
-def listen(path: str) -> socket.socket:
-    """A listening socket at ``path`` that only this user can reach; ValueError when another server of this
-    user holds it, or when ``path`` is in a folder others can write (a client would refuse it)."""
-    refusal = server_trust.folder_refusal(os.path.dirname(os.path.abspath(path)))
-    if refusal:
-        raise ValueError(refusal)
-    if os.path.lexists(path):
-        if not stat.S_ISSOCK(os.lstat(path).st_mode):
-            raise ValueError(f"{path} exists and is not a socket")
-        probe = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
-        probe.settimeout(_SEND_TIMEOUT_SECS)
-        try:
-            probe.connect(path)
-            ours = server_trust.peer_uid_pid(probe)[0] == os.getuid()
-        except OSError:  # refused, gone, or stalled past its backlog: left by a server that died
-            ours = False
-        finally:
-            probe.close()
-        if ours:
-            raise ValueError(f"a fork server already listens at {path}")
-        os.unlink(path)  # a dead server's, or planted by someone else: not a server this user's launches may use
-    listener = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
-    old_umask = os.umask(0o077)
-    try:
-        listener.bind(path)
-    finally:
-        os.umask(old_umask)
-    listener.listen(64)
-    return listener
-
-
-def default_path() -> str:
-    """Where ``--listen`` with no PATH puts the socket: the per-user state folder, which only this user can write."""
-    return os.path.join(paths.state_dir(), "fork_server.sock")
-
-
 def _serve_socket_pair(fd: int, modules: list[str]) -> int:
     sock = socket.socket(fileno=fd)
     server = _Server()
@@ -447,7 +412,7 @@ def _serve_at(path: str, modules: list[str]) -> int:
     for signum in _SERVER_END_SIGNALS:
         signal.signal(signum, _end_on_signal)
     try:
-        listener = listen(path)
+        listener = host_socket.listen(path)
     except (OSError, ValueError) as err:
         _say(f"fork_server: cannot listen at {path}: {err}")
         return 2
@@ -456,7 +421,7 @@ def _serve_at(path: str, modules: list[str]) -> int:
     accepted: list[socket.socket] = []
     try:
         with _quiet_stderr():  # TensorFlow's import chatter; a failed import is said in one line below
-            refusal = server.prepare(modules, importing=lambda: fork_greeter.greeting(listener, accepted))
+            refusal = server.prepare(modules, importing=lambda: host_socket.greeting(listener, accepted))
         if refusal:
             _say(f"fork_server: {refusal}")
             return 1
@@ -495,7 +460,7 @@ def _say(line: str) -> None:
 def main(argv: list[str]) -> int:
     if len(argv) == 2 and argv[1] == "--listen":
         try:
-            return _serve_at(default_path(), [])
+            return _serve_at(host_socket.default_path(), [])
         except ConfigError as err:
             _say(f"fork_server: {err}")
             return 2

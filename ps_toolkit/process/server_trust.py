@@ -9,7 +9,7 @@ server checks its clients, the client checks the server before it sends anything
   (``path_refusal``);
 - the process listening is this user's own (``SO_PEERCRED``, ``peer_refusal``);
 - a server that does not answer at once (it says "importing" while it imports) is stalled
-  (fork_client, fork_greeter).
+  (fork_client, host_socket).
 
 Each check returns why not, as the end of one line, or None.
 """
