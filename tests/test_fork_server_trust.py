@@ -144,6 +144,20 @@ def test_a_socket_in_a_folder_others_can_write_is_refused_by_client_and_server(e
     assert done.stdout.startswith(f"fork_server: cannot listen at {path}: {shared} is a folder other users"), done
 
 
+@needs_another_user
+def test_a_group_writable_folder_is_trusted_only_when_the_group_is_the_users_alone(tmp_path):
+    """A user-private group (umask 002 setups) writes nothing the user could not; another user's group can."""
+    from ps_toolkit.process import server_trust
+
+    folder = tmp_path / "group"
+    folder.mkdir(mode=0o770)
+    os.chmod(folder, 0o770)
+    os.chown(folder, 0, 0)
+    assert server_trust.folder_refusal(str(folder)) is None
+    os.chown(folder, 0, _other_user().pw_gid)
+    assert server_trust.folder_refusal(str(folder)).startswith(f"{folder} is a folder other users can write (mode 770)")
+
+
 def test_a_server_that_neither_answers_nor_imports_is_named_and_bypassed(env, tmp_path):
     """A stalled server is given up after seconds, not after the 120 s an import may take."""
     path = str(tmp_path / "stalled.sock")

@@ -5,7 +5,8 @@ environment (secrets included), its log files, its network namespace. So, as the
 server checks its clients, the client checks the server before it sends anything:
 
 - the socket lies in a folder only this user (or root) can write, every folder above
-  it closed to others too (or sticky, as /tmp is): nobody else could have put it there
+  it closed to others too (or sticky, as /tmp is; group-writable only for a group of
+  this user alone): nobody else could have put it there
   (``path_refusal``);
 - the process listening is this user's own (``SO_PEERCRED``, ``peer_refusal``);
 - a server that does not answer at once (it says "importing" while it imports) is stalled
@@ -16,7 +17,9 @@ Each check returns why not, as the end of one line, or None.
 
 from __future__ import annotations
 
+import grp
 import os
+import pwd
 import socket
 import stat
 import struct
@@ -54,7 +57,8 @@ def _chain_refusal(folder: str) -> str | None:
             return f"cannot check {current}: {err.strerror}"
         if info.st_uid not in trusted:
             return f"{current} is owned by uid {info.st_uid}, another user; use a folder of yours"
-        writable_by_others = info.st_mode & (stat.S_IWGRP | stat.S_IWOTH)
+        group_writes = info.st_mode & stat.S_IWGRP and not _private_group(info.st_gid)
+        writable_by_others = info.st_mode & stat.S_IWOTH or group_writes
         # A sticky folder (/tmp) lets others add entries, not replace this user's: fine above, not as the folder.
         if writable_by_others and (current == folder or not info.st_mode & stat.S_ISVTX):
             return (
@@ -65,6 +69,17 @@ def _chain_refusal(folder: str) -> str | None:
         if parent == current:
             return None
         current = parent
+
+
+def _private_group(gid: int) -> bool:
+    """Whether no user but this one (and root) is in group ``gid`` (a user-private group, umask 002 setups)."""
+    try:
+        members = set(grp.getgrgid(gid).gr_mem)
+        members.update(user.pw_name for user in pwd.getpwall() if user.pw_gid == gid)
+        mine = pwd.getpwuid(os.getuid()).pw_name
+    except KeyError:
+        return False
+    return members <= {mine, "root"}
 
 
 def peer_uid_pid(sock: socket.socket) -> tuple[int, int]:
