@@ -28,7 +28,7 @@ if port_guard.unavailable_reason():
 
 HERE = Path(os.path.realpath(__file__)).parent
 # The port guards' rules when the session started: it must leave the INPUT chain as it found it.
-_RULES_AT_START = pytest.StashKey[set]()
+_RULES_AT_START = pytest.StashKey[dict]()
 
 # The files that take longest (30 s and more of one worker's time in a full run), started first
 # in this order: the workers then end together, not one running a long file alone while the
@@ -59,11 +59,15 @@ LONGEST_FIRST = (
 )
 
 
-def _guard_rules() -> set[str]:
-    """Every port guard's packet-filter rule in this namespace now (none where none can be installed)."""
+def _guard_rules() -> dict[str, str | None]:
+    """Every port guard's packet-filter rule in this namespace now, with its owner id (none where no rules can
+    be installed)."""
     if port_guard.unavailable_reason():
-        return set()
-    return {f"{tool} {' '.join(spec)}" for tool in port_guard.tools() for spec, _, _ in port_guard.guard_rules(tool)}
+        return {}
+    rules = {}
+    for tool in port_guard.tools():
+        rules.update((f"{tool} {' '.join(spec)}", owner) for spec, _, owner in port_guard.guard_rules(tool))
+    return rules
 
 
 def pytest_configure(config):
@@ -108,13 +112,22 @@ def host_fork_server(tmp_path_factory):
 
 
 def pytest_sessionfinish(session, exitstatus):
-    """Fails the session if its tests left port-guard rules behind (checked once every worker has ended)."""
+    """Fails the session if its tests left port-guard rules behind (checked once every worker has ended).
+
+    A rule whose guardian no longer runs was left; one whose guardian runs may be another session's on a
+    shared machine (said, not failed); rules without an owner id are older versions', not this code's.
+    """
     if hasattr(session.config, "workerinput") or _RULES_AT_START not in session.config.stash:
         return
-    left = sorted(_guard_rules() - session.config.stash[_RULES_AT_START])
+    before = session.config.stash[_RULES_AT_START]
+    new = {rule: owner for rule, owner in _guard_rules().items() if rule not in before and owner}
+    left = sorted(rule for rule, owner in new.items() if port_guard.owner_id(int(owner.split(".")[0])) != owner)
+    running = sorted(rule for rule in new if rule not in left)
+    reporter = session.config.pluginmanager.get_plugin("terminalreporter")
+    if running and reporter is not None:
+        reporter.write_line(f"port-guard rules of running guardians (another session's?): {running}", yellow=True)
     if left:
-        reporter = session.config.pluginmanager.get_plugin("terminalreporter")
-        lines = [f"the tests left {len(left)} port-guard rule(s) in the INPUT chain:", *left]
         if reporter is not None:
+            lines = [f"the tests left {len(left)} port-guard rule(s) of dead guardians in the INPUT chain:", *left]
             reporter.write_line("\n".join(lines), red=True)
         session.exitstatus = pytest.ExitCode.TESTS_FAILED
