@@ -140,21 +140,19 @@ class _Server:
         self._imported_under = [list(item) for item in fork_protocol.import_key(os.environ)]
         self._path_entries = python_path.entries(os.environ.get("PYTHONPATH", ""), os.getcwd())
 
-    def prepare(self, modules: list[str], importing=contextlib.nullcontext) -> str | None:
-        """Imports everything a task needs (inside the context ``importing()``); why forking is unsafe
-        afterwards, or None."""
+    def prepare(self, modules: list[str]) -> str | None:
+        """Imports everything a task needs; why forking is unsafe afterwards, or None."""
         # As scripts/run_task.py and run_legacy.py do before their import (fork_client.forkable
         # keeps a legacy script whose environment says otherwise on exec).
         tf_import.prefer_lean_import()
         import numpy  # noqa: F401 - its thread pool is counted before TensorFlow's
 
         self._allowed_threads = thread_count() + TF_IMPORT_THREADS
-        with importing():
-            for name in (*PRELOAD, *modules):
-                try:
-                    importlib.import_module(name)
-                except Exception as err:  # any import failure: clients fall back to exec, which reports it
-                    return f"the fork server cannot import {name}: {err}"
+        for name in (*PRELOAD, *modules):
+            try:
+                importlib.import_module(name)
+            except Exception as err:  # any import failure: clients fall back to exec, which reports it
+                return f"the fork server cannot import {name}: {err}"
         refusal = runtime_started(self._allowed_threads)
         if refusal:
             return f"TensorFlow's runtime has already started in the fork server: {refusal}"
@@ -420,8 +418,9 @@ def _serve_at(path: str, modules: list[str]) -> int:
     _say(f"fork_server: listening at {path} (pid {os.getpid()}); importing TensorFlow")
     accepted: list[socket.socket] = []
     try:
-        with _quiet_stderr():  # TensorFlow's import chatter; a failed import is said in one line below
-            refusal = server.prepare(modules, importing=lambda: host_socket.greeting(listener, accepted))
+        # TensorFlow's import chatter is kept off; a failed import is said in one line below.
+        with _quiet_stderr(), host_socket.greeting(listener, accepted):
+            refusal = server.prepare(modules)
         if refusal:
             _say(f"fork_server: {refusal}")
             return 1
@@ -485,7 +484,10 @@ usage: python -m ps_toolkit.process.fork_server --listen [PATH [MODULE ...]]
 
 
 if __name__ == "__main__":
-    code = main(sys.argv)
+    try:
+        code = main(sys.argv)
+    except SystemExit as ended:  # SIGTERM or SIGINT (_end_on_signal): its status, without the slow teardown
+        code = ended.code if isinstance(ended.code, int) else 1
     # Tearing down an imported TensorFlow takes seconds, and the client waits for this
     # process to end: nothing is left to flush but the standard streams.
     sys.stdout.flush()

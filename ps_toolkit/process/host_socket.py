@@ -5,10 +5,10 @@ socket another user planted); ``accept_own`` takes this user's clients only.
 
 Importing TensorFlow takes seconds to minutes; a client cannot tell a server
 that is importing from one that is stopped or hung unless something answers.
-While the server imports, a thread of its own accepts each client of its user
-and sends ``{"importing": PID}``; the thread is joined before the imports are
-checked and before any fork (a fork with a second thread alive is unsafe), and
-the clients it accepted are handed to the server, which sends them ``ready``.
+While the server imports, a child process forked before the imports accepts
+each client of its user, sends ``{"importing": PID}`` and hands the client's
+socket to the server (SCM_RIGHTS); once the imports are done the child ends
+and the server sends those clients ``ready``.
 """
 
 from __future__ import annotations
@@ -16,15 +16,14 @@ from __future__ import annotations
 import contextlib
 import os
 import select
+import signal
 import socket
 import stat
-import threading
 from collections.abc import Iterator
 
 from ps_toolkit.base import paths
 from ps_toolkit.process import fork_protocol, server_trust
 
-_POLL_SECS = 0.2
 # How long a probe of an existing socket waits for its listener.
 _PROBE_SECS = 10.0
 
@@ -79,23 +78,55 @@ def accept_own(listener: socket.socket) -> socket.socket | None:
 
 @contextlib.contextmanager
 def greeting(listener: socket.socket, accepted: list[socket.socket]) -> Iterator[None]:
-    """While the ``with`` body runs, accepts and greets clients, adding them to ``accepted``."""
-    done = threading.Event()
+    """While the ``with`` body runs, a child process accepts and greets clients; their sockets are then
+    added to ``accepted``.
 
-    def greet() -> None:
-        while not done.is_set():
-            readable, _, _ = select.select([listener], [], [], _POLL_SECS)
-            sock = accept_own(listener) if readable else None
-            if sock is None:
-                continue
-            with contextlib.suppress(OSError):
-                sock.send(fork_protocol.encode({"importing": os.getpid()}), socket.MSG_DONTWAIT)
-            accepted.append(sock)
-
-    thread = threading.Thread(target=greet, name="fork_greeter", daemon=True)
-    thread.start()
+    A process, not a thread: an import holds the GIL for seconds at a time (loading
+    TensorFlow's libraries), and a forked server must have no thread of its own.
+    """
+    ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+    pid = os.fork()
+    if pid == 0:  # pragma: no cover - the greeter child; it ends in _greet
+        ours.close()
+        _greet(listener, theirs)
+    theirs.close()
     try:
         yield
     finally:
-        done.set()
-        thread.join()
+        with contextlib.suppress(OSError):
+            ours.send(b"stop")
+        while True:  # every client it accepted, then end of file once it has exited
+            try:
+                _, fds, _, _ = socket.recv_fds(ours, 16, 1)
+            except OSError:
+                break
+            if not fds:
+                break
+            accepted.append(socket.socket(fileno=fds[0]))
+        ours.close()
+        os.waitpid(pid, 0)
+
+
+def _greet(listener: socket.socket, parent: socket.socket) -> None:
+    """The greeter child: accept, say "importing", hand the client to the server; until the server says stop
+    (or goes: end of file)."""
+    code = 0
+    try:
+        for signum in (signal.SIGTERM, signal.SIGINT):
+            signal.signal(signum, signal.SIG_DFL)
+        server_pid = os.getppid()
+        while True:
+            readable, _, _ = select.select([listener, parent], [], [])
+            if parent in readable:
+                parent.recv(16)  # read, so that its closing is a plain end of file to the server
+                break
+            sock = accept_own(listener)
+            if sock is None:
+                continue
+            with contextlib.suppress(OSError):
+                sock.send(fork_protocol.encode({"importing": server_pid}), socket.MSG_DONTWAIT)
+            socket.send_fds(parent, [b"c"], [sock.fileno()])
+            sock.close()
+    except BaseException:  # noqa: BLE001 - the child ends here, whatever happened; the server accepts on
+        code = 1
+    os._exit(code)
