@@ -19,6 +19,7 @@ import tensorflow as tf
 
 from ps_toolkit.base.errors import ConfigError
 from ps_toolkit.task.server import tasks_on_host
+from ps_toolkit_compat import task_start
 
 _v1 = tf.compat.v1
 PS_JOB = "ps"
@@ -110,6 +111,7 @@ class Server(_v1.train.Server):
     def __init__(self, server_or_cluster_def, job_name=None, task_index=None, protocol=None, config=None, start=True):
         job, index = _task_of_server(server_or_cluster_def, job_name, task_index)
         set_task(job, index)
+        task_start.begin_server(server_or_cluster_def, job, index)
         super().__init__(
             server_or_cluster_def,
             job_name=job_name,
@@ -120,7 +122,9 @@ class Server(_v1.train.Server):
         )
 
     def join(self):
-        """Serves forever, as in TF 1.x; a ps started by hand first says how it will end."""
+        """Serves forever, as in TF 1.x; a ps started by hand first says how it will end.
+
+        The wait is Python's, not TensorFlow's: Ctrl-C ends it (TensorFlow's join() is deaf to it)."""
         job, index = _task or (None, None)
         # The launchers (launch_local.py, Kubeflow) set TF_CONFIG and stop the ps themselves.
         if job == PS_JOB and not os.environ.get("TF_CONFIG"):
@@ -130,4 +134,4 @@ class Server(_v1.train.Server):
                 "which stops the ps tasks when the workers have finished.\n"
             )
             sys.stderr.flush()
-        super().join()
+        task_start.wait_forever()

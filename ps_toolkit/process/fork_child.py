@@ -8,7 +8,7 @@ Python streams that drop what a full disk has no room for: ``task_streams``), th
 client's user and network namespaces (setns, when they differ from the
 server's), its working folder and environment, fresh random seeds (a forked
 child would otherwise repeat the server's), its name (the script's: ``ps -e``
-shows it; its command line in /proc stays the server's), then ``sys.argv`` and
+shows it) and command line (the task's: ``ps`` and ``pgrep -f`` show it), then ``sys.argv`` and
 ``sys.path`` (the task's PYTHONPATH folders included: python_path) and the
 script run as ``__main__``. Its exit status is what ``python`` would return:
 the ``SystemExit`` code, 1 after an uncaught exception (traceback on stderr),
@@ -94,7 +94,11 @@ def _enter_namespaces(user_ns: int | None, net_ns: int | None) -> None:
 
 
 def _set_name(argv: list[str]) -> None:
-    """Names the process after its script (what ps -e and psutil's name() show); its command line stays the server's."""
+    """Names the process after its script (what ps -e and psutil's name() show) and gives it the task's
+    command line (what ps, top and pgrep -f show; the task's start-up then puts its role first)."""
+    import setproctitle
+
+    setproctitle.setproctitle(" ".join(argv))
     name = argv[2] if argv[1] == "-m" else os.path.basename(argv[1])
     _LIBC.prctl(_PR_SET_NAME, ctypes.c_char_p(name.encode()[:15]), 0, 0, 0)
 

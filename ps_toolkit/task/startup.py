@@ -98,8 +98,9 @@ def set_title(role: str) -> None:
     """``ps_toolkit ROLE <the arguments the task was started with>`` as ps, top and pgrep -f see it."""
     import setproctitle
 
-    arguments = " ".join(sys.argv)
-    setproctitle.setproctitle(f"ps_toolkit {role} {arguments}".strip())
+    name = setproctitle.getthreadtitle()  # the short name (ps -e, psutil's name()): kept
+    setproctitle.setproctitle(f"ps_toolkit {role} {' '.join(sys.argv)}".strip())
+    setproctitle.setthreadtitle(name)
 
 
 def exit_on_interrupt(label: str) -> None:
