@@ -69,6 +69,34 @@ def begin_server(server_or_cluster_def, job: str | None, index: int | None) -> N
         startup.begin(task, checks=False)
 
 
+def install() -> None:
+    """Every tf.train.Server of this process goes through the start-up first, and its ``join()``
+    answers Ctrl-C: ``tf.train.Server``, ``tf.compat.v1.train.Server`` and ``tf.distribute.Server``
+    are one TensorFlow class."""
+    server_class = tf.distribute.Server
+    if getattr(server_class.__init__, "_ps_toolkit_start_up", False):
+        return
+    original = server_class.__init__
+
+    def __init__(self, server_or_cluster_def, job_name=None, task_index=None, *args, **kwargs):
+        from ps_toolkit_compat import task_context  # it imports this module
+
+        job, index = task_context.task_of_server(server_or_cluster_def, job_name, task_index)
+        begin_server(server_or_cluster_def, job, index)
+        original(self, server_or_cluster_def, job_name, task_index, *args, **kwargs)
+
+    def join(self):
+        """Serves forever, as in TF 1.x, in a wait Ctrl-C ends (TensorFlow's own join() is deaf to it)."""
+        from ps_toolkit_compat import task_context
+
+        task_context.say_how_a_ps_ends(self.server_def.job_name, self.server_def.task_index)
+        wait_forever()
+
+    __init__._ps_toolkit_start_up = True
+    server_class.__init__ = __init__
+    server_class.join = join
+
+
 def wait_forever() -> None:
     """``Server.join()``: blocks for good, in a wait Ctrl-C (SIGINT) interrupts."""
     threading.Event().wait()
