@@ -43,12 +43,11 @@ pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
 
 
 def task_env(**extra: str) -> dict:
-    env = dict(os.environ, PYTHONPATH=ROOT, TF_CPP_MIN_LOG_LEVEL="2", PYTHONUNBUFFERED="1", **extra)
+    env = dict(os.environ, PYTHONPATH=ROOT, TF_CPP_MIN_LOG_LEVEL="2", PYTHONUNBUFFERED="1")
     # The suite's default (conftest.py) where no rules can be installed; these tests check the defaults.
-    env.pop("PS_TOOLKIT_ALLOW_OPEN_PORTS", None)
-    env.pop("PS_TOOLKIT_PRIVATE_NETWORK", None)
-    env.pop("TF_CONFIG", None)
-    return env
+    for name in ("PS_TOOLKIT_ALLOW_OPEN_PORTS", "PS_TOOLKIT_PRIVATE_NETWORK", "TF_CONFIG"):
+        env.pop(name, None)
+    return {**env, **extra}
 
 
 @pytest.fixture
@@ -118,13 +117,13 @@ def started(argv: list[str], env: dict, log_path):
         process.wait(timeout=60)
 
 
-def check_sealed_and_titled(process, port: int, log_path, *, control: bool = False) -> None:
+def check_sealed_and_titled(process, port: int, log_path, *, control: bool = False, marker: str = "") -> None:
     describe = lambda: log_path.read_text()[-3000:]  # noqa: E731
     logwatch.wait_until(lambda: listening(process.pid, port) or process.poll() is not None, 180, "the ps", describe)
     assert process.poll() is None, describe()
     assert other_namespace(process.pid), "the ps serves in the test's own network namespace"
     assert not listening(os.getpid(), port), "the ps's port is open in the test's namespace"
-    assert ps_found_by_pgrep(f":{port}") == process.pid
+    assert ps_found_by_pgrep(marker or f":{port}") == process.pid
     assert " ".join(psutil.Process(process.pid).cmdline()).startswith("ps_toolkit ps:0 ")
     assert attack(port).startswith("NO CONNECTION")
     if control and shutil.which("nsenter"):
@@ -175,14 +174,14 @@ def test_train_api_ps_with_tf_config(ports, tmp_path):
     # A marker pgrep -f can see: the program's own arguments, after the title.
     argv = [sys.executable, API_TASK, str(tmp_path / "ckpt"), "job_name=ps"]
     with started(argv, env, tmp_path / "ps.log") as ps:
-        check_sealed_and_titled(ps, ports[0], tmp_path / "ps.log")
+        check_sealed_and_titled(ps, ports[0], tmp_path / "ps.log", marker=str(tmp_path))
         # Re-executed inside the namespace (TensorFlow's threads): the program ran twice, in one process.
         assert (tmp_path / "ps.log").read_text().count("api_task.py started") == 2
 
 
 def test_launcher_task(ports, tmp_path):
     os.chmod(tmp_path, 0o755)
-    argv = [sys.executable, LAUNCHER, *hosts(ports), "--train_steps=10000000", f"--log_dir={tmp_path}"]
+    argv = [sys.executable, LAUNCHER, *hosts(ports), "--train_steps=100000000", f"--log_dir={tmp_path}"]
     with started([*argv, "--quiet", "--nochart"], task_env(), tmp_path / "launcher.log") as launcher:
         describe = lambda: (tmp_path / "launcher.log").read_text()[-3000:]  # noqa: E731
         ps_pid = logwatch.wait_until(lambda: ps_found_by_pgrep(f":{ports[0]}"), 180, "the ps's pid", describe)

@@ -29,7 +29,13 @@ import tempfile
 import threading
 import traceback
 
+import setproctitle
+
 from ps_toolkit.process import fork_protocol, python_path, task_streams
+
+# setproctitle finds the room for a title (argv and the environment after it) on its first call: made
+# here, in the server, before a child clears the environment it would no longer find contiguous.
+setproctitle.getproctitle()
 
 _PR_SET_PDEATHSIG = 1
 _PR_SET_NAME = 15
@@ -96,8 +102,6 @@ def _enter_namespaces(user_ns: int | None, net_ns: int | None) -> None:
 def _set_name(argv: list[str]) -> None:
     """Names the process after its script (what ps -e and psutil's name() show) and gives it the task's
     command line (what ps, top and pgrep -f show; the task's start-up then puts its role first)."""
-    import setproctitle
-
     setproctitle.setproctitle(" ".join(argv))
     name = argv[2] if argv[1] == "-m" else os.path.basename(argv[1])
     _LIBC.prctl(_PR_SET_NAME, ctypes.c_char_p(name.encode()[:15]), 0, 0, 0)
