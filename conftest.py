@@ -50,6 +50,7 @@ LONGEST_FIRST = (
     "tests/test_slurm_cluster.py",
     "examples/digits_cnn/test_digits_cnn.py",
     "tests/test_launcher_fork.py",
+    "tests/test_task_startup.py",
     "tests/test_bad_input.py",
     "tests/test_sync_arithmetic.py",
     "tests/test_embedding_bytes.py",
@@ -63,6 +64,14 @@ def pytest_configure(config):
     missing = [path for path in LONGEST_FIRST if not (HERE / path).is_file()]
     if missing:
         raise pytest.UsageError(f"conftest.py LONGEST_FIRST names files that do not exist: {', '.join(missing)}")
+
+
+def pytest_sessionfinish(session, exitstatus):
+    """The files AutoGraph wrote for this test process's own converted functions, with their compiled
+    form in $TMPDIR/__pycache__ (AutoGraph's exit hook removes only the sources): the suite leaves none."""
+    from ps_toolkit.base import tf_internals
+
+    tf_internals.remove_autograph_files()
 
 
 def pytest_collection_modifyitems(items):
