@@ -145,6 +145,15 @@ def test_port_already_in_use_is_caught_before_tensorflow(tmp_path):
     assert_clean_failure(outcome, f"port {port}", exit_code=4)
 
 
+def test_a_privileged_port_without_privileges_is_a_permanent_error(tmp_path):
+    """Port 1 as a user who may not serve it: exit 2 (no retry will get it), not "in use" (exit 4)."""
+    if os.geteuid() == 0:
+        pytest.skip("root may serve any port")
+    args = ["--ps_hosts=localhost:1", "--worker_hosts=localhost:2", "--job_name=ps", f"--checkpoint_dir={tmp_path}/c"]
+    outcome = run_tasks({"ps": python_command(RUN_TASK, *args)}, timeout=60)["ps"]
+    assert_clean_failure(outcome, "port 1 of /job:ps/task:0 (localhost:1, from flags) needs privileges", exit_code=2)
+
+
 def test_missing_data_dir(tmp_path):
     args = OK_HOSTS + ["--job_name=worker", f"--data_dir={tmp_path}/nope", f"--checkpoint_dir={tmp_path}/c"]
     outcome = run_tasks({"w": python_command(RUN_TASK, *args)}, timeout=60)["w"]
@@ -244,6 +253,7 @@ def test_single_replica_without_a_ps_is_accepted(tmp_path):
     preflight.check_topology(cluster)
 
 
+@pytest.mark.root("a folder owned by another user is planted with chown")
 def test_a_default_state_folder_planted_by_another_user_is_refused(tmp_path):
     planted = tmp_path / f"ps_toolkit-{os.getuid()}"
     planted.mkdir(mode=0o700)

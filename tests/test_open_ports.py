@@ -29,6 +29,7 @@ ATTACK = os.path.join(ROOT, "tests", "fixtures", "attack_client.py")
 PORT = 24310  # inside fresh namespaces every port is free
 HOSTS = [f"--ps_hosts=localhost:{PORT}", f"--worker_hosts=localhost:{PORT + 1},localhost:{PORT + 2}"]
 ENV = dict(os.environ, PYTHONPATH=ROOT, TF_CPP_MIN_LOG_LEVEL="2", PYTHONUNBUFFERED="1")
+ENV.pop("PS_TOOLKIT_ALLOW_OPEN_PORTS", None)  # the suite's own clusters' setting (conftest.py): these test the defaults
 
 pytestmark = pytest.mark.timeout(300)
 

@@ -39,7 +39,7 @@ ATTACK = os.path.join(ROOT, "tests", "fixtures", "attack_client.py")
 TEXTBOOK = os.path.join(ROOT, "tests", "fixtures", "textbook_ps_join.py")
 API_TASK = os.path.join(ROOT, "tests", "fixtures", "api_task.py")
 
-pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
+pytestmark = pytest.mark.timeout(300)
 
 
 def task_env(**extra: str) -> dict:
@@ -154,6 +154,7 @@ def hosts(ports) -> list[str]:
     return [f"--ps_hosts=127.0.0.1:{ports[0]}", f"--worker_hosts=127.0.0.1:{ports[1]},127.0.0.1:{ports[2]}"]
 
 
+@pytest.mark.slow
 def test_run_task_ps(ports, tmp_path):
     argv = [sys.executable, RUN_TASK, "--job_name=ps", "--task_index=0", *hosts(ports), f"--checkpoint_dir={tmp_path}"]
     with started(argv, task_env(), tmp_path / "ps.log") as ps:
@@ -161,6 +162,7 @@ def test_run_task_ps(ports, tmp_path):
         check_ctrl_c(ps, tmp_path / "ps.log", ports)
 
 
+@pytest.mark.slow
 def test_run_legacy_ps_that_joins(ports, tmp_path):
     argv = [sys.executable, RUN_LEGACY, TEXTBOOK, "--job_name=ps", "--task_index=0", *hosts(ports)]
     with started(argv, task_env(), tmp_path / "ps.log") as ps:
@@ -168,6 +170,7 @@ def test_run_legacy_ps_that_joins(ports, tmp_path):
         check_ctrl_c(ps, tmp_path / "ps.log", ports)
 
 
+@pytest.mark.slow
 def test_train_api_ps_with_tf_config(ports, tmp_path):
     cluster = {"ps": [f"127.0.0.1:{ports[0]}"], "worker": [f"127.0.0.1:{p}" for p in ports[1:]]}
     env = task_env(TF_CONFIG=json.dumps({"cluster": cluster, "task": {"type": "ps", "index": 0}}))
@@ -179,6 +182,7 @@ def test_train_api_ps_with_tf_config(ports, tmp_path):
         assert (tmp_path / "ps.log").read_text().count("api_task.py started") == 2
 
 
+@pytest.mark.slow
 def test_launcher_task(ports, tmp_path):
     os.chmod(tmp_path, 0o755)
     argv = [sys.executable, LAUNCHER, *hosts(ports), "--train_steps=100000000", f"--log_dir={tmp_path}"]
@@ -193,3 +197,24 @@ def test_launcher_task(ports, tmp_path):
         assert pids["ps:0"] == ps_pid, pids
         os.killpg(launcher.pid, signal.SIGTERM)
         launcher.wait(timeout=120)
+
+
+def test_without_namespaces_or_rules_a_loopback_task_refuses_naming_both(ports, tmp_path):
+    """No network namespace can be made (the limit set to 0) and no rules installed: exit 2, one line
+    saying what is missing and how to enable it."""
+    if shutil.which("unshare") is None:
+        pytest.skip("util-linux 'unshare' is not installed")
+    probe = subprocess.run(["unshare", "--user", "--map-root-user", "true"], capture_output=True, text=True)
+    if probe.returncode != 0:
+        pytest.skip(f"user namespaces are not available here: {probe.stderr.strip()}")
+    limit = 'echo 0 > /proc/sys/user/max_net_namespaces && exec "$@"'
+    wrapper = [shutil.which("unshare"), "--user", "--map-root-user", "/bin/sh", "-c", limit, "sh"]
+    argv = [sys.executable, RUN_TASK, "--job_name=ps", *hosts(ports), f"--checkpoint_dir={tmp_path}/c"]
+    # TMPDIR: the mapped user's own state folder; PATH without iptables: no rules either.
+    env = task_env(TMPDIR=str(tmp_path), PATH=os.path.dirname(sys.executable))
+    done = subprocess.run([*wrapper, *argv], capture_output=True, text=True, timeout=120, env=env)
+    assert done.returncode == 2, done.stderr[-3000:]
+    errors = [line for line in done.stderr.splitlines() if "run_task.py: error:" in line]
+    assert len(errors) == 1 and "Traceback" not in done.stderr, done.stderr[-3000:]
+    assert "no private network namespace either" in errors[0] and "sysctl" in errors[0], errors[0]
+    assert "--allow_open_ports" in errors[0], errors[0]

@@ -103,7 +103,7 @@ def _explain(err: Exception) -> str:
     text = str(err)
     if isinstance(err, netns.NamespaceUnavailable):
         text += (
-            "; unprivileged user namespaces are disabled here: enable them with "
+            "; if unprivileged user namespaces are disabled, enable them with "
             "'sysctl -w kernel.unprivileged_userns_clone=1' (Debian) or "
             "'sysctl -w user.max_user_namespaces=15000', or "
             "'sysctl -w kernel.apparmor_restrict_unprivileged_userns=0' (Ubuntu 24.04)"
