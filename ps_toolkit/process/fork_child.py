@@ -116,6 +116,9 @@ def _reseed() -> None:
 
 def _run_python(argv: list[str]) -> int:
     """``argv`` is [python, SCRIPT, ARGS...] or [python, -m, MODULE, ARGS...]."""
+    # What exec would give: a task that executes itself again (to join its cluster's network
+    # namespace, ps_toolkit/task/cluster_netns.py) runs this command, not the fork server's.
+    sys.orig_argv = list(argv)
     try:
         if argv[1] == "-m":
             sys.argv = [argv[2], *argv[3:]]
