@@ -111,7 +111,9 @@ def exit_on_interrupt(label: str) -> None:
         open_ports.release()
         finish(EXIT_INTERRUPTED)
 
-    signal.signal(signal.SIGINT, interrupted)
+    # Started with SIGINT ignored (a shell's ``&``, nohup): Ctrl-C is meant not to reach it.
+    if signal.getsignal(signal.SIGINT) is not signal.SIG_IGN:
+        signal.signal(signal.SIGINT, interrupted)
 
 
 def finish(code: int = 0) -> None:
