@@ -1,5 +1,6 @@
 """Bad input through scripts/run_task.py: one line naming the value and its source, exit 2, no traceback."""
 
+import atexit
 import contextlib
 import gzip
 import json
@@ -11,12 +12,18 @@ import sys
 
 import pytest
 
+from ps_toolkit.launch.ports import reserve_ports
 from ps_toolkit.models.mnist_files import EMBEDDED_DIGITS_DIR
 from tests.taskrun import REPO, RUN_TASK, python_command, run_tasks
 
 LAUNCH_LOCAL = os.path.join(REPO, "scripts", "launch_local.py")
 
-OK_HOSTS = ["--ps_hosts=localhost:1", "--worker_hosts=localhost:2,localhost:3"]
+# Free ports any user may serve, held for this module's tests: a task that gets past its flags checks
+# its own port before it fails on the input under test (ports 1-3 would need root).
+_RESERVATION = reserve_ports(3)
+atexit.register(_RESERVATION.release)
+_PORTS = _RESERVATION.ports
+OK_HOSTS = [f"--ps_hosts=localhost:{_PORTS[0]}", f"--worker_hosts=localhost:{_PORTS[1]},localhost:{_PORTS[2]}"]
 
 CASES = {
     "task index not a number": (OK_HOSTS + ["--job_name=ps", "--task_index=abc"], {}, "task_index"),
