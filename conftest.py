@@ -19,11 +19,12 @@ from ps_toolkit.launch import task_plan  # noqa: E402
 from ps_toolkit.process import fork_client  # noqa: E402
 from ps_toolkit.task import port_guard  # noqa: E402
 
-# Standalone tasks guard their ports with packet-filter rules (ps_toolkit/task/port_guard.py) or
-# refuse to start. Where no rules can be installed (not root), the tests' own loopback
-# clusters run with their ports open; tests/test_open_ports.py checks the refusal itself.
-if port_guard.unavailable_reason():
-    os.environ.setdefault(port_guard.ALLOW_OPEN_PORTS_ENV, "1")
+# Standalone tasks keep their ports private (ps_toolkit/task/startup.py): a loopback cluster in a
+# network namespace of its own, others behind packet-filter rules, or they refuse to start. The
+# tests' own clusters run with their ports open on this machine, as every user and machine allows,
+# so that a test can reach its tasks; tests/test_open_ports.py and tests/test_task_startup.py
+# check the defaults, without this variable.
+os.environ.setdefault(port_guard.ALLOW_OPEN_PORTS_ENV, "1")
 
 
 HERE = Path(os.path.realpath(__file__)).parent
@@ -52,6 +53,7 @@ LONGEST_FIRST = (
     "tests/test_slurm_cluster.py",
     "examples/digits_cnn/test_digits_cnn.py",
     "tests/test_launcher_fork.py",
+    "tests/test_task_startup.py",
     "tests/test_bad_input.py",
     "tests/test_sync_arithmetic.py",
     "tests/test_embedding_bytes.py",
@@ -80,6 +82,14 @@ def pytest_configure(config):
         raise pytest.UsageError(f"conftest.py LONGEST_FIRST names files that do not exist: {', '.join(missing)}")
 
 
+def pytest_sessionfinish(session, exitstatus):
+    """The files AutoGraph wrote for this test process's own converted functions, with their compiled
+    form in $TMPDIR/__pycache__ (AutoGraph's exit hook removes only the sources): the suite leaves none."""
+    from ps_toolkit.base import tf_internals
+
+    tf_internals.remove_autograph_files()
+
+
 def pytest_collection_modifyitems(items):
     """Orders the files as LONGEST_FIRST says (xdist sends them in this order: --no-loadscope-reorder),
     each file's tests in their own order."""
@@ -93,6 +103,11 @@ def pytest_collection_modifyitems(items):
 
     # sorted() is stable: each file's tests keep their order.
     items[:] = [item for item, _ in sorted(zip(items, files, strict=True), key=key)]
+    if os.geteuid() != 0:  # CI runs them as root (.ci/run); a user sees why they were skipped
+        for item in items:
+            for mark in item.iter_markers("root"):
+                why = mark.args[0] if mark.args else "it needs root"
+                item.add_marker(pytest.mark.skip(reason=f"not root: {why}"))
 
 
 @pytest.fixture(scope="session", autouse=True)

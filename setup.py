@@ -38,6 +38,8 @@ setup(
         "psutil",
         # Charts of loss and steps/s in the launcher's run folder.
         "matplotlib",
+        # Each task's role in its command line (ps, top, pgrep -f job_name=ps), forked tasks included.
+        "setproctitle",
     ],
     extras_require={
         # PyYAML and jsonschema let the tests read and check the generated

@@ -38,6 +38,7 @@ estimator_support.load()  # the package imports only once TensorFlow's dropped i
 from ps_toolkit.base import tf_internals  # noqa: E402
 from ps_toolkit.cluster.config import CHIEF, ClusterConfig  # noqa: E402
 from ps_toolkit.cluster.preflight import check_host_resolves, check_port_free  # noqa: E402
+from ps_toolkit.task import startup  # noqa: E402
 from ps_toolkit.task.server import serve_until_done, signal_done  # noqa: E402
 from ps_toolkit_compat import estimator_inputs, supervision, task_context  # noqa: E402
 from ps_toolkit_compat.evaluator_watch import (  # noqa: E402
@@ -107,6 +108,7 @@ class TrainingExecutor(tf_internals.training_executor_base()):
 
     def start_std_server(self, config):
         cluster = _cluster()
+        startup.begin(cluster, checks=False)  # the start-up of every entry point; its port kept private
         check_host_resolves(cluster)
         check_port_free(cluster)
         task_context.set_task(cluster.task_type, cluster.task_index)

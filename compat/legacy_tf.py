@@ -23,7 +23,7 @@ import types
 import tensorflow as _real_tf
 
 from ps_toolkit.training.hooks import quiet_cancelled_queue_runners
-from ps_toolkit_compat import contrib, estimator_support, mnist_input_data, supervision, task_context
+from ps_toolkit_compat import contrib, estimator_support, mnist_input_data, supervision, task_context, task_start
 from ps_toolkit_compat.removed import RemovedModuleError, RemovedSymbolError
 
 _v1 = _real_tf.compat.v1
@@ -131,6 +131,7 @@ def install() -> LegacyModule:
         return current
     _v1.disable_v2_behavior()
     quiet_cancelled_queue_runners()
+    task_start.install()  # every Server the script makes starts as a run_task.py task does
     # Before ``tensorflow`` is replaced: the estimator's modules import the real one.
     estimator_api = estimator_support.load_or_explain()
     if isinstance(estimator_api, estimator_support.EstimatorApi):

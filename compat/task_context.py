@@ -86,7 +86,7 @@ def _addresses(tasks) -> list:
     return list(tasks.values()) if isinstance(tasks, dict) else list(tasks)
 
 
-def _task_of_server(server_or_cluster_def, job_name, task_index):
+def task_of_server(server_or_cluster_def, job_name, task_index):
     """The (job, index) a Server will serve, from its arguments or its ServerDef, or as TensorFlow
     infers them: the cluster's only job, the job's only task. None where TensorFlow will refuse."""
     if isinstance(server_or_cluster_def, tf.train.ServerDef):
@@ -108,7 +108,7 @@ class Server(_v1.train.Server):
     """``tf.train.Server`` that remembers its task, so the process's sessions get device filters."""
 
     def __init__(self, server_or_cluster_def, job_name=None, task_index=None, protocol=None, config=None, start=True):
-        job, index = _task_of_server(server_or_cluster_def, job_name, task_index)
+        job, index = task_of_server(server_or_cluster_def, job_name, task_index)
         set_task(job, index)
         super().__init__(
             server_or_cluster_def,
@@ -119,15 +119,14 @@ class Server(_v1.train.Server):
             start=start,
         )
 
-    def join(self):
-        """Serves forever, as in TF 1.x; a ps started by hand first says how it will end."""
-        job, index = _task or (None, None)
-        # The launchers (launch_local.py, Kubeflow) set TF_CONFIG and stop the ps themselves.
-        if job == PS_JOB and not os.environ.get("TF_CONFIG"):
-            sys.stderr.write(
-                f"/job:ps/task:{index} serves until it is stopped: server.join() never returns, as in TF 1.x. "
-                "Stop it (Ctrl-C) once the workers are done, or start the cluster with scripts/launch_local.py, "
-                "which stops the ps tasks when the workers have finished.\n"
-            )
-            sys.stderr.flush()
-        super().join()
+
+def say_how_a_ps_ends(job: str, index: int) -> None:
+    """What a ps started by hand says when it ``join()``s: it serves until stopped, as in TF 1.x."""
+    # The launchers (launch_local.py, Kubeflow) set TF_CONFIG and stop the ps themselves.
+    if job == PS_JOB and not os.environ.get("TF_CONFIG"):
+        sys.stderr.write(
+            f"/job:ps/task:{index} serves until it is stopped: server.join() never returns, as in TF 1.x. "
+            "Stop it (Ctrl-C) once the workers are done, or start the cluster with scripts/launch_local.py, "
+            "which stops the ps tasks when the workers have finished.\n"
+        )
+        sys.stderr.flush()

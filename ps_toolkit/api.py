@@ -38,13 +38,21 @@ def train(
     eval_input_fn: Callable | None = None,
     *,
     ps_orphan_timeout_secs: float = 300.0,
+    allow_open_ports: bool = False,
 ) -> dict:
     """Runs this task's role to its end and returns its result record (also printed as the last stdout line).
+
+    A task of a cluster of several goes through the task start-up of every entry point
+    (ps_toolkit/task/startup.py): its port is kept private (the loopback cluster's own
+    network namespace, packet-filter rules, or a refusal unless ``allow_open_ports``).
+    A process with threads that joins its cluster's namespace is executed again inside it,
+    with the same command line.
 
     Raises:
         ConfigError: a setting that does not fit the cluster, or a model that does not keep the contract.
     """
     config = config or TrainConfig()
+    alone = cluster is None and not os.environ.get("TF_CONFIG", "").strip()
     cluster = cluster or _cluster_from_environment()
     if config.checkpoint_dir is None and cluster.num_replicas + cluster.num_ps == 1:
         config = _with_scratch_checkpoint_dir(config)
@@ -56,7 +64,10 @@ def train(
         params=dict(params or {}),
         name=function_name(model_fn),
     )
-    from ps_toolkit.task import runner  # TensorFlow only once the input is known to be good
+    from ps_toolkit.task import runner, startup  # TensorFlow only once the input is known to be good
+
+    if not alone:  # a laptop run (no cluster, no TF_CONFIG) has no peers to protect a port for
+        startup.begin(cluster, allow_open_ports=allow_open_ports)
 
     return runner.run_task(cluster, config, lambda: definition, ps_orphan_timeout_secs=ps_orphan_timeout_secs)
 

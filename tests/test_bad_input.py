@@ -1,5 +1,6 @@
 """Bad input through scripts/run_task.py: one line naming the value and its source, exit 2, no traceback."""
 
+import atexit
 import contextlib
 import gzip
 import json
@@ -11,12 +12,18 @@ import sys
 
 import pytest
 
+from ps_toolkit.launch.ports import reserve_ports
 from ps_toolkit.models.mnist_files import EMBEDDED_DIGITS_DIR
 from tests.taskrun import REPO, RUN_TASK, python_command, run_tasks
 
 LAUNCH_LOCAL = os.path.join(REPO, "scripts", "launch_local.py")
 
-OK_HOSTS = ["--ps_hosts=localhost:1", "--worker_hosts=localhost:2,localhost:3"]
+# Free ports any user may serve, held for this module's tests: a task that gets past its flags checks
+# its own port before it fails on the input under test (ports 1-3 would need root).
+_RESERVATION = reserve_ports(3)
+atexit.register(_RESERVATION.release)
+_PORTS = _RESERVATION.ports
+OK_HOSTS = [f"--ps_hosts=localhost:{_PORTS[0]}", f"--worker_hosts=localhost:{_PORTS[1]},localhost:{_PORTS[2]}"]
 
 CASES = {
     "task index not a number": (OK_HOSTS + ["--job_name=ps", "--task_index=abc"], {}, "task_index"),
@@ -145,6 +152,15 @@ def test_port_already_in_use_is_caught_before_tensorflow(tmp_path):
     assert_clean_failure(outcome, f"port {port}", exit_code=4)
 
 
+def test_a_privileged_port_without_privileges_is_a_permanent_error(tmp_path):
+    """Port 1 as a user who may not serve it: exit 2 (no retry will get it), not "in use" (exit 4)."""
+    if os.geteuid() == 0:
+        pytest.skip("root may serve any port")
+    args = ["--ps_hosts=localhost:1", "--worker_hosts=localhost:2", "--job_name=ps", f"--checkpoint_dir={tmp_path}/c"]
+    outcome = run_tasks({"ps": python_command(RUN_TASK, *args)}, timeout=60)["ps"]
+    assert_clean_failure(outcome, "port 1 of /job:ps/task:0 (localhost:1, from flags) needs privileges", exit_code=2)
+
+
 def test_missing_data_dir(tmp_path):
     args = OK_HOSTS + ["--job_name=worker", f"--data_dir={tmp_path}/nope", f"--checkpoint_dir={tmp_path}/c"]
     outcome = run_tasks({"w": python_command(RUN_TASK, *args)}, timeout=60)["w"]
@@ -244,6 +260,7 @@ def test_single_replica_without_a_ps_is_accepted(tmp_path):
     preflight.check_topology(cluster)
 
 
+@pytest.mark.root("a folder owned by another user is planted with chown")
 def test_a_default_state_folder_planted_by_another_user_is_refused(tmp_path):
     planted = tmp_path / f"ps_toolkit-{os.getuid()}"
     planted.mkdir(mode=0o700)

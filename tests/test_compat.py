@@ -168,10 +168,10 @@ def test_the_servers_task_is_what_tensorflow_infers_when_the_script_leaves_it_ou
     from ps_toolkit_compat import task_context
 
     one_job = {"local": ["localhost:2222", "localhost:2223"]}
-    assert task_context._task_of_server(one_job, None, 1) == ("local", 1)
+    assert task_context.task_of_server(one_job, None, 1) == ("local", 1)
     sparse = {"ps": {3: "localhost:2225"}, "worker": ["localhost:2226"]}
-    assert task_context._task_of_server(sparse, "ps", None) == ("ps", 3)
+    assert task_context.task_of_server(sparse, "ps", None) == ("ps", 3)
     assert task_context.server_config(None, sparse, "ps", 3).experimental.disable_thread_spinning
     # Ambiguous: TensorFlow refuses it, and nothing is guessed here.
-    assert task_context._task_of_server(sparse, None, None) == (None, None)
+    assert task_context.task_of_server(sparse, None, None) == (None, None)
     assert task_context.server_config(None, sparse, None, None) is None

@@ -26,6 +26,7 @@ def test_state_dir_is_created_mode_700_and_owned_by_this_user(private_tmp):
     assert info.st_uid == os.getuid()
 
 
+@pytest.mark.root("a folder owned by another user is planted with chown")
 def test_a_state_dir_owned_by_another_user_is_refused(private_tmp):
     planted = private_tmp / f"ps_toolkit-{os.getuid()}"
     planted.mkdir(mode=0o700)

@@ -225,7 +225,9 @@ def absolute(x):
     return -x
 
 tf.autograph.to_graph(absolute)
-written = sorted(os.path.join(tempfile.gettempdir(), n) for n in os.listdir(tempfile.gettempdir()))
+def files():
+    return sorted(os.path.join(top, n) for top, _, names in os.walk(tempfile.gettempdir()) for n in names)
+written = files()
 removed = sorted(tf_internals.remove_autograph_files())
 print(json.dumps({"written": written, "removed": removed, "left": os.listdir(tempfile.gettempdir())}))
 sys.stdout.flush()
@@ -243,8 +245,10 @@ def test_a_fast_exit_leaves_none_of_autographs_generated_files(tmp_path):
     probe = tmp_path / "autograph_probe.py"  # AutoGraph converts only functions whose source it can read
     probe.write_text(AUTOGRAPH_PROBE)
     env = dict(os.environ, TMPDIR=str(temp), PYTHONPATH=str(ROOT))
+    env.pop("PYTHONDONTWRITEBYTECODE", None)  # as on a user's machine: Python writes $TMPDIR/__pycache__ too
     done = subprocess.run([sys.executable, str(probe)], capture_output=True, text=True, env=env, timeout=120)
     assert done.returncode == 0, done.stderr[-3000:]
     report = json.loads(done.stdout.strip().splitlines()[-1])
     assert report["written"] and all("__autograph_generated_file" in path for path in report["written"]), report
+    assert any("__pycache__" in path for path in report["written"]), report
     assert report["removed"] == report["written"] and report["left"] == [], report

@@ -11,6 +11,7 @@ import os
 import shutil
 import subprocess
 import sys
+import sysconfig
 import textwrap
 
 import pytest
@@ -56,6 +57,7 @@ def venv(tmp_path_factory):
     (wheel,) = wheels.glob("ps_toolkit-*.whl")
     subprocess.run([sys.executable, "-m", "venv", "--system-site-packages", str(env_dir)], check=True, timeout=120)
     python = env_dir / "bin" / "python"
+    see_this_environments_packages(python)
     installed = subprocess.run(
         [
             str(python),
@@ -76,6 +78,20 @@ def venv(tmp_path_factory):
     outside = root / "elsewhere"
     outside.mkdir()
     return env_dir, outside
+
+
+def see_this_environments_packages(python) -> None:
+    """Run from a virtual environment (as the README's quick start makes), the new one's
+    --system-site-packages reaches the base interpreter's packages only: it is given this
+    environment's too, after its own (the wheel first). A path a .pth file adds is not scanned for
+    .pth files itself, so this checkout's editable install does not come along."""
+    if sys.prefix == sys.base_prefix:
+        return
+    ours = sysconfig.get_paths()["purelib"]
+    query = "import sysconfig; print(sysconfig.get_paths()['purelib'])"
+    theirs = subprocess.run([str(python), "-c", query], capture_output=True, text=True, check=True, timeout=60)
+    with open(os.path.join(theirs.stdout.strip(), "_enclosing_venv.pth"), "w", encoding="utf-8") as handle:
+        handle.write(ours + "\n")
 
 
 def _env_without_checkout() -> dict:

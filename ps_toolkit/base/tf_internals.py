@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import importlib.util
 import os
 import sys
 
@@ -96,12 +97,19 @@ def remove_autograph_files() -> list[str]:
     removed = []
     for name, module in list(sys.modules.items()):
         path = getattr(module, "__file__", None) if name.startswith(_AUTOGRAPH_MODULE_PREFIX) else None
-        if path:
+        # With its compiled form, which Python wrote to $TMPDIR/__pycache__ (unless told not to write bytecode).
+        for each in (path, importlib.util.cache_from_source(path)) if path else ():
             try:
-                os.remove(path)
-                removed.append(path)
-            except OSError:  # gone already, or not ours to remove: nothing to clean
+                os.remove(each)
+                removed.append(each)
+            except OSError:  # gone already, never written, or not ours to remove: nothing to clean
                 pass
+    caches = {os.path.dirname(path) for path in removed if os.path.basename(os.path.dirname(path)) == "__pycache__"}
+    for folder in caches:
+        try:
+            os.rmdir(folder)  # only when nothing else is left in it
+        except OSError:
+            pass
     return removed
 
 

@@ -25,7 +25,13 @@ def check_port_free(cluster: ClusterConfig) -> None:
     try:
         probe.bind(("", port))
     except OSError as err:
-        if err.errno in (errno.EADDRINUSE, errno.EACCES):
+        if err.errno == errno.EACCES:  # a privileged port: no retry will ever get it
+            raise ConfigError(
+                f"port {port} of {cluster.device} ({cluster.address}, from {cluster.source}) "
+                f"needs privileges to serve ({err.strerror}): ports below "
+                f"{_unprivileged_port_start()} are root's; choose a port from 1024 up"
+            ) from None
+        if err.errno == errno.EADDRINUSE:
             raise PortInUseError(
                 f"port {port} of {cluster.device} ({cluster.address}, from {cluster.source}) "
                 f"is already in use: {err.strerror}"
@@ -33,6 +39,14 @@ def check_port_free(cluster: ClusterConfig) -> None:
         raise
     finally:
         probe.close()
+
+
+def _unprivileged_port_start() -> int:
+    try:
+        with open("/proc/sys/net/ipv4/ip_unprivileged_port_start", encoding="ascii") as handle:
+            return int(handle.read())
+    except (OSError, ValueError):
+        return 1024
 
 
 def check_host_resolves(cluster: ClusterConfig) -> None:

@@ -9,11 +9,14 @@ from __future__ import annotations
 
 import collections
 import dataclasses
+import json
+import os
 import signal
 import sys
 from collections.abc import Sequence
 from typing import TextIO
 
+from ps_toolkit.base import paths
 from ps_toolkit.base.errors import EXIT_CODE_MEANINGS
 
 PLAIN_STATUS_INTERVAL_SECS = 5.0
@@ -142,3 +145,11 @@ def exit_status_cell(code: int | None, state: str) -> str:
         return state
     text = _signal_name(code) if code < 0 else str(code)
     return f"{text} ({state})"
+
+
+def write_pids(log_dir: str, pids: dict[str, int], on_error) -> None:
+    """pids.json in the run folder: each running task's pid (its latest start), for an operator's ps or kill."""
+    try:
+        paths.write_file_nofollow(os.path.join(log_dir, "pids.json"), json.dumps(pids, sort_keys=True))
+    except OSError as err:
+        on_error(err)

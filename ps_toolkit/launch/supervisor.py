@@ -23,7 +23,15 @@ from ps_toolkit.base import flag_ranges
 from ps_toolkit.base.errors import EXIT_CONFIG, EXIT_ENVIRONMENT, EXIT_PORT_IN_USE, ConfigError
 from ps_toolkit.cluster.config import CHIEF, PS, WORKER
 from ps_toolkit.launch.drills import DrillSchedule
-from ps_toolkit.launch.status import Console, StepRate, SummaryRow, describe_exit, exit_status_cell, status_text
+from ps_toolkit.launch.status import (
+    Console,
+    StepRate,
+    SummaryRow,
+    describe_exit,
+    exit_status_cell,
+    status_text,
+    write_pids,
+)
 from ps_toolkit.launch.task_output import LogTail, TaskOutput
 from ps_toolkit.launch.task_plan import TaskPlan
 from ps_toolkit.process import lifecycle, stack_dump
@@ -273,6 +281,8 @@ class Supervisor:
             return
         task.started_at = time.monotonic()
         task.state = "running"
+        running = [name for name, each in self._tasks.items() if each.state == "running"]
+        write_pids(self._log_dir, {name: self._group.process(name).pid for name in running}, self._log_warning)
 
     def _on_exit(self, task: _Task) -> None:
         self._release(task)

@@ -8,7 +8,7 @@ Python streams that drop what a full disk has no room for: ``task_streams``), th
 client's user and network namespaces (setns, when they differ from the
 server's), its working folder and environment, fresh random seeds (a forked
 child would otherwise repeat the server's), its name (the script's: ``ps -e``
-shows it; its command line in /proc stays the server's), then ``sys.argv`` and
+shows it) and command line (the task's: ``ps`` and ``pgrep -f`` show it), then ``sys.argv`` and
 ``sys.path`` (the task's PYTHONPATH folders included: python_path) and the
 script run as ``__main__``. Its exit status is what ``python`` would return:
 the ``SystemExit`` code, 1 after an uncaught exception (traceback on stderr),
@@ -29,7 +29,13 @@ import tempfile
 import threading
 import traceback
 
+import setproctitle
+
 from ps_toolkit.process import fork_protocol, python_path, task_streams
+
+# setproctitle finds the room for a title (argv and the environment after it) on its first call: made
+# here, in the server, before a child clears the environment it would no longer find contiguous.
+setproctitle.getproctitle()
 
 _PR_SET_PDEATHSIG = 1
 _PR_SET_NAME = 15
@@ -100,7 +106,9 @@ def _enter_namespaces(user_ns: int | None, net_ns: int | None) -> None:
 
 
 def _set_name(argv: list[str]) -> None:
-    """Names the process after its script (what ps -e and psutil's name() show); its command line stays the server's."""
+    """Names the process after its script (what ps -e and psutil's name() show) and gives it the task's
+    command line (what ps, top and pgrep -f show; the task's start-up then puts its role first)."""
+    setproctitle.setproctitle(" ".join(argv))
     name = argv[2] if argv[1] == "-m" else os.path.basename(argv[1])
     _LIBC.prctl(_PR_SET_NAME, ctypes.c_char_p(name.encode()[:15]), 0, 0, 0)
 
@@ -114,6 +122,9 @@ def _reseed() -> None:
 
 def _run_python(argv: list[str]) -> int:
     """``argv`` is [python, SCRIPT, ARGS...] or [python, -m, MODULE, ARGS...]."""
+    # What exec would give: a task that executes itself again (to join its cluster's network
+    # namespace, ps_toolkit/task/cluster_netns.py) runs this command, not the fork server's.
+    sys.orig_argv = list(argv)
     try:
         if argv[1] == "-m":
             sys.argv = [argv[2], *argv[3:]]

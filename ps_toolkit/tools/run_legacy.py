@@ -36,6 +36,10 @@ def run(argv: list[str]) -> None:
     script = argv[1]
     if not os.path.isfile(script):
         _fail(f"script {script} does not exist")
+    from ps_toolkit.task import startup
+
+    # Ctrl-C of a hand-started task, a ps in server.join() included: one line, exit 130.
+    startup.exit_on_interrupt(f"run_legacy.py {os.path.basename(script)}")
     # Before TensorFlow is imported: tf.layers needs the legacy Keras (tf-keras).
     os.environ["TF_USE_LEGACY_KERAS"] = "1"
     from ps_toolkit.base.errors import ToolkitError

@@ -11,25 +11,16 @@ success, 2 on bad input (one line on stderr), see ps_toolkit/base/errors.py.
 (its log): where a task that does not end is waiting.
 """
 
-import faulthandler
 import os
-import signal
-import sys
 
 from absl import flags, logging
 
 from ps_toolkit import cli
-from ps_toolkit.base import (
-    environment_errors,
-    flag_ranges,
-    paths,
-    tf_import,
-    tf_internals,
-)
+from ps_toolkit.base import environment_errors, flag_ranges, paths, tf_import
 from ps_toolkit.cluster import preflight
 from ps_toolkit.cluster.config import ClusterConfig
 from ps_toolkit.process import task_streams
-from ps_toolkit.task import open_ports
+from ps_toolkit.task import startup
 from ps_toolkit.training.config import TrainConfig
 
 tf_import.prefer_lean_import()
@@ -64,7 +55,6 @@ def run(cluster: ClusterConfig, config: TrainConfig) -> None:
 
 def _main(argv):
     task_streams.install()  # a full log disk drops output instead of ending the task
-    faulthandler.register(signal.SIGUSR1, all_threads=True)
     if len(argv) > 1:
         cli.fail(f"unexpected arguments {' '.join(argv[1:])!r}; flags look like --name=value")
     with cli.user_errors():
@@ -77,23 +67,16 @@ def _main(argv):
             "ps_orphan_timeout_secs", flags.FLAGS.ps_orphan_timeout_secs, zero_ok=True, none_ok=False
         )
         cli.check_model_flags()
-        preflight.check_topology(cluster)
         preflight.check_data_dir(config.data_dir)
-        preflight.check_task_can_start(cluster)
-        port = open_ports.guard_task_port(cluster, flags.FLAGS.allow_open_ports)
+        startup.exit_on_interrupt(f"run_task.py {cluster.device}")
+        port = startup.begin(cluster, allow_open_ports=flags.FLAGS.allow_open_ports)
         logging.info(
             "%s of %s; port %s; checkpoints in %s", cluster.device, cluster.source, port, config.checkpoint_dir
         )
         with environment_errors.reported(f"{cluster.device} (checkpoints in {config.checkpoint_dir})"):
             run(cluster, config)
-    # Tearing down TensorFlow and its gRPC server takes seconds, and every
-    # result is already flushed: end the process now, removing first the files
-    # the skipped interpreter exit would have removed.
-    tf_internals.remove_autograph_files()
-    sys.stdout.flush()
-    sys.stderr.flush()
     logging.flush()
-    os._exit(0)
+    startup.finish(0)
 
 
 def main() -> None:
