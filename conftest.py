@@ -83,6 +83,12 @@ def pytest_configure(config):
 
 
 def pytest_sessionfinish(session, exitstatus):
+    """Every test process removes its AutoGraph files; the session's own process also checks the INPUT chain."""
+    _remove_autograph_files()
+    _fail_on_left_guard_rules(session)
+
+
+def _remove_autograph_files():
     """The files AutoGraph wrote for this test process's own converted functions, with their compiled
     form in $TMPDIR/__pycache__ (AutoGraph's exit hook removes only the sources): the suite leaves none."""
     from ps_toolkit.base import tf_internals
@@ -126,7 +132,7 @@ def host_fork_server(tmp_path_factory):
     fork_client.stop_host_server(process)
 
 
-def pytest_sessionfinish(session, exitstatus):
+def _fail_on_left_guard_rules(session):
     """Fails the session if its tests left port-guard rules behind (checked once every worker has ended).
 
     A rule whose guardian no longer runs was left; one whose guardian runs may be another session's on a
