@@ -6,6 +6,7 @@ import os
 import re
 import secrets
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -122,15 +123,60 @@ def test_a_user_model_fn_with_embeddings_over_two_ps(ray_cluster, tmp_path):
     assert "launch_ray: 4 tasks on 2 node(s)" in done.stdout, describe(done)
 
 
-def test_a_killed_worker_is_restarted_and_the_job_completes(ray_cluster, tmp_path):
+@pytest.mark.parametrize("task", ["worker:1", "ps:0"])
+def test_a_killed_task_is_restarted_on_its_node_and_port_and_the_job_completes(ray_cluster, tmp_path, task):
     address, env = ray_cluster
     log_dir = str(tmp_path / "run")
-    args = ["--num_ps=1", "--num_workers=2", "--train_steps=500", "--restart=on-failure", "--kill=worker:1@15s"]
+    args = ["--num_ps=1", "--num_workers=2", "--train_steps=500", "--restart=on-failure", f"--kill={task}@15s"]
     done = launch_ray(address, env, *args, log_dir=log_dir)
     assert done.returncode == 0, describe(done)
     rows = summary_rows(log_dir)
-    assert rows["worker:1"][4] == "1", rows  # one restart
-    assert "launcher: worker:1 killed by SIGKILL" in done.stdout or "restarting it on" in done.stdout, describe(done)
+    assert rows[task][4] == "1", rows  # one restart
+    assert re.search(rf"launcher: {task} .*; restarting it on {re.escape(rows[task][1])} ", done.stdout), describe(done)
+
+
+def test_ctrl_c_leaves_no_task_actor_or_bundle_behind(ray_cluster, tmp_path):
+    address, env = ray_cluster
+    log_dir = str(tmp_path / "run")
+    argv = [sys.executable, "-m", "ps_toolkit.tools.launch_ray", f"--address={address}", f"--log_dir={log_dir}"]
+    argv += ["--num_ps=1", "--num_workers=2", "--train_steps=100000", "--timeout_secs=150", "--stop_grace_secs=5", *open_ports()]
+    launcher = subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        seen = []
+        for line in launcher.stdout:  # ends with the launcher's output, bounded by the job's own steps
+            seen.append(line)
+            if re.search(r"s step \d+ ", line):  # the status line: the job is training
+                break
+        launcher.send_signal(signal.SIGINT)
+        output, _ = launcher.communicate(timeout=60)
+    finally:
+        if launcher.poll() is None:
+            launcher.kill()
+            launcher.wait(10)
+        assert_no_task_left(log_dir)
+    assert launcher.returncode == 128 + signal.SIGINT, "".join(seen) + output
+    assert "launcher: FAILED: interrupted by SIGINT" in output, output
+    assert ray_is_idle(address, env), "Ray still holds resources or a placement group of the interrupted job"
+
+
+IDLE_PROBE = """
+import sys, time, ray
+ray.init(address=sys.argv[1], log_to_driver=False, logging_level="ERROR")
+deadline = time.monotonic() + 30  # Ray frees an ended job's actors and bundles asynchronously
+while time.monotonic() < deadline:
+    groups = [g for g in ray.util.placement_group_table().values() if g["state"] != "REMOVED"]
+    if not groups and ray.available_resources().get("CPU") == ray.cluster_resources().get("CPU"):
+        print("idle"); break
+    time.sleep(0.5)
+else:
+    print("busy", ray.available_resources(), groups)
+"""
+
+
+def ray_is_idle(address: str, env: dict) -> bool:
+    done = subprocess.run([sys.executable, "-c", IDLE_PROBE, address], env=env, capture_output=True, text=True,
+                          timeout=90)  # fmt: skip
+    return done.stdout.strip() == "idle"
 
 
 def test_bad_input_is_one_line_and_status_2(ray_cluster, tmp_path):
