@@ -22,6 +22,7 @@ import os
 import re
 import signal
 import sys
+import threading
 
 from ps_toolkit.base import paths
 from ps_toolkit.base.errors import ConfigError
@@ -94,15 +95,44 @@ def _run_stage(options: LaunchOptions, spark_options: SparkOptions, console: Con
     )
     stage = session.sparkContext.parallelize(range(len(roles)), len(roles)).barrier().mapPartitions(task)
     previous = signal.signal(signal.SIGTERM, _cancel_on_term(session))
+    timer = _StageTimeout(session, options.policy.timeout_secs)
     try:
-        return _judge(stage.collect(), options, log_dir, console, log_warning)
+        results = stage.collect()
+        # The stage's attempts after the first are its restarts (every task was run again each time).
+        info = session.sparkContext.statusTracker().getStageInfo(results[0][4]) if results else None
+        restarts = info.currentAttemptId if info is not None else 0
+        return _judge(results, restarts, options, log_dir, console, log_warning)
     except KeyboardInterrupt:  # PySpark's SIGINT handler (or ours for SIGTERM) has cancelled the stage
         return _without_tasks(Outcome(False, "interrupted; the stage was cancelled", 128 + signal.SIGINT))
     except Exception as err:  # py4j's error carries the failed task's message in its text
+        if timer.fired:
+            message = f"the run did not end within --timeout_secs={options.policy.timeout_secs:g}; stage cancelled"
+            return _without_tasks(Outcome(False, message, 1))
         return _without_tasks(Outcome(False, _failure(str(err), spark_options.master), _failed_status(str(err))))
     finally:
+        timer.cancel()
         signal.signal(signal.SIGTERM, previous)
         session.stop()
+
+
+class _StageTimeout:
+    """Cancels the stage after ``secs`` (None: never); ``fired`` says whether it did."""
+
+    def __init__(self, session, secs: float | None):
+        self.fired = False
+        self._session = session
+        self._timer = None if secs is None else threading.Timer(secs, self._fire)
+        if self._timer is not None:
+            self._timer.daemon = True
+            self._timer.start()
+
+    def _fire(self) -> None:
+        self.fired = True
+        self._session.sparkContext.cancelAllJobs()
+
+    def cancel(self) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
 
 
 def _without_tasks(outcome: Outcome) -> Outcome:
@@ -119,12 +149,12 @@ def _cancel_on_term(session):
     return cancel
 
 
-def _judge(results: list[tuple], options: LaunchOptions, log_dir: str, console: Console, log_warning) -> Outcome:
-    """The run's Outcome from every task's (name, address, status, secs, attempt, output): the chief's
+def _judge(results: list[tuple], restarts: int, options: LaunchOptions, log_dir: str, console: Console, log_warning):
+    """The run's Outcome from every task's (name, address, status, secs, stage, output): the chief's
     status decides, as in the local launcher; the outputs become the tasks' logs."""
     echo = None if options.quiet else console.line
     outputs, rows, codes = {}, [], {}
-    for name, address, code, secs, attempt, output in results:
+    for name, address, code, secs, _stage, output in results:
         path = os.path.join(log_dir, name.replace(":", "-") + ".log")
         with open(path, "ab", buffering=0) as log:
             task_output = TaskOutput(name, log, echo, on_log_error=log_warning)
@@ -133,7 +163,7 @@ def _judge(results: list[tuple], options: LaunchOptions, log_dir: str, console: 
             task_output.close()
         outputs[name], codes[name] = task_output, code
         state = "finished" if code == 0 else "failed"
-        rows.append(SummaryRow(name, address, exit_status_cell(code, state), attempt, secs, task_output.steps))
+        rows.append(SummaryRow(name, address, exit_status_cell(code, state), restarts, secs, task_output.steps))
     chief = f"{CHIEF}:0" if f"{CHIEF}:0" in codes else f"{WORKER}:0"
     if options.policy.success_policy == "all_workers":
         decider = [n for n in codes if n.split(":")[0] in (CHIEF, WORKER) and codes[n] != 0]

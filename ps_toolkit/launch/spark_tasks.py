@@ -40,7 +40,7 @@ def run_barrier_task(
     env: Mapping[str, str],
     retry: bool,
 ) -> Iterator[tuple]:
-    """The body of partition ``i``: runs task ``roles[i]``; yields (name, address, status, secs, attempt, output)."""
+    """The body of partition ``i``: runs task ``roles[i]``; yields (name, address, status, secs, stage id, output)."""
     from pyspark import BarrierTaskContext  # only on an executor
 
     context = BarrierTaskContext.get()
@@ -63,11 +63,10 @@ def run_barrier_task(
         code = process.wait()
     finally:
         reservation.release()
-    attempt = context.stageAttemptNumber()
     if code != 0 and retry and code not in (EXIT_CONFIG, EXIT_ENVIRONMENT):
         tail = "\n".join(output.decode("utf-8", "replace").splitlines()[-_TAIL_LINES:])
         raise RetryableTaskExit(
             f"{FAILURE_MARKER} {code} {plan.name} ({plan.address}) {describe_exit(code, False)} "
-            f"in stage attempt {attempt}; its last lines:\n{tail}"
+            f"; its last lines:\n{tail}"
         )
-    yield plan.name, plan.address, code, time.monotonic() - started, attempt, output
+    yield plan.name, plan.address, code, time.monotonic() - started, context.stageId(), output

@@ -23,6 +23,13 @@ from ps_toolkit.tools import launch_local
 LOCAL_ONLY = ("ps_hosts", "worker_hosts", "chief_hosts", "evaluator_hosts", "isolation", "start_method")
 
 
+def adopt_launch_flags(tool_module: str) -> None:
+    """Makes ps-launch-local's flags that hold on an engine key flags of ``tool_module``: its --help lists them."""
+    for flag in flags.FLAGS.get_key_flags_for_module(launch_local.__name__):
+        if flag.name not in LOCAL_ONLY:
+            flags.FLAGS.register_key_flag_for_module(tool_module, flag)
+
+
 def fail(prog: str, message: str) -> None:
     """One line on stderr, exit 2: bad input."""
     print(f"{prog}: {message}", file=sys.stderr)

@@ -55,6 +55,7 @@ def launch(command: list[str]) -> int:
 
 def main() -> None:
     """The ``ps-launch-ray`` command."""
+    engine_flags.adopt_launch_flags(__name__)
     cli.register_key_flags_for_program(__name__)
     app.run(lambda command: sys.exit(launch(command)), flags_parser=engine_flags.parser_for(PROG, __doc__))
 
