@@ -8,6 +8,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import time
 
 import psutil
 import pytest
@@ -127,6 +128,46 @@ def test_a_user_model_fn_with_embeddings_over_two_ps(spark_cluster, tmp_path):
     rows = summary_rows(log_dir)
     assert sorted(rows) == ["ps:0", "ps:1", "worker:0", "worker:1"], describe(done)
     assert all(row[2:4] == ["0", "(finished)"] for row in rows.values()), rows
+
+
+def test_a_killed_worker_fails_the_stage_spark_runs_it_again_and_the_chief_resumes(spark_cluster, tmp_path):
+    master, env = spark_cluster
+    log_dir = str(tmp_path / "run")
+    argv = [sys.executable, "-m", "ps_toolkit.tools.launch_spark", f"--master={master}", f"--log_dir={log_dir}"]
+    argv += ["--nochart", "--spark_executor_memory=512m", "--num_ps=1", "--num_workers=2", "--train_steps=2000"]
+    argv += ["--save_checkpoint_steps=50", "--restart=on-failure", *open_ports()]
+    launcher = subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        victim = wait_for_training_worker(log_dir, deadline=time.monotonic() + JOB_TIMEOUT_SECS)
+        victim.kill()
+        output, _ = launcher.communicate(timeout=JOB_TIMEOUT_SECS)
+    finally:
+        if launcher.poll() is None:
+            launcher.kill()
+            launcher.wait(30)
+        assert_no_task_left(log_dir)
+    assert launcher.returncode == 0, output[-5000:]
+    rows = summary_rows(log_dir)
+    assert all(row[2:5] == ["0", "(finished)", "1"] for row in rows.values()), rows  # one stage retry
+    with open(os.path.join(log_dir, "worker-0.log"), encoding="utf-8") as handle:
+        assert "resuming from global step" in handle.read()
+
+
+def wait_for_training_worker(log_dir: str, deadline: float) -> psutil.Process:
+    """worker:1's process, once the chief has saved a checkpoint (training is under way)."""
+    checkpoint = os.path.join(log_dir, "checkpoints", "checkpoint")
+    while time.monotonic() < deadline:
+        if os.path.exists(checkpoint):
+            for process in psutil.process_iter(["cmdline"]):
+                cmdline = process.info["cmdline"] or []
+                if (
+                    any(log_dir in arg for arg in cmdline)
+                    and "--job_name=worker" in cmdline
+                    and "--task_index=1" in cmdline
+                ):
+                    return process
+        time.sleep(0.5)  # a poll of the run folder and the process table, bounded by the deadline
+    pytest.fail(f"no checkpoint in {checkpoint} with worker:1 running before the deadline")
 
 
 def test_bad_master_is_one_line_and_status_2(tmp_path):
