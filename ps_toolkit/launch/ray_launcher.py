@@ -25,6 +25,7 @@ from ps_toolkit.base import paths
 from ps_toolkit.base.errors import ConfigError
 from ps_toolkit.cluster.config import PS
 from ps_toolkit.launch import launcher
+from ps_toolkit.launch.engine_env import carried_env
 from ps_toolkit.launch.launcher import LaunchOptions, RunResult
 from ps_toolkit.launch.ray_nodes import PortHolder
 from ps_toolkit.launch.status import Console
@@ -32,10 +33,9 @@ from ps_toolkit.launch.supervisor import LogFolderWarning, Supervisor
 from ps_toolkit.launch.task_plan import START_ORDER, TaskPlan, plan_tasks, task_env
 from ps_toolkit.process import lifecycle
 from ps_toolkit.process.fork_client import TaskStarter
-from ps_toolkit.task.port_guard import ALLOW_OPEN_PORTS_ENV
 
-# The variables a task's actor gets from the launch (its node's own environment is the rest).
-_TASK_ENV_KEYS = ("TF_CONFIG", "PYTHONUNBUFFERED", "PYTHONPATH", ALLOW_OPEN_PORTS_ENV)
+# What a task's actor gets from the launch's plan besides engine_env's: its cluster and unbuffered output.
+_PLAN_ENV_KEYS = ("TF_CONFIG", "PYTHONUNBUFFERED")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -98,7 +98,7 @@ def _supervise(options: LaunchOptions, job: _RayJob, console: Console, log_dir: 
         cluster.setdefault(name, []).append(address)
     plans = plan_tasks(cluster, options.command, base_env=task_env(options.env))
     console.line("launch_ray: cluster " + ", ".join(f"{p.name}={p.address}" for p in plans))
-    env_keys = ",".join(dict.fromkeys((*_TASK_ENV_KEYS, *(options.env or {}))))
+    env_keys = ",".join(dict.fromkeys((*_PLAN_ENV_KEYS, *carried_env(options.env))))
     bundles = {f"{name}:{index}": bundle for bundle, (name, index) in enumerate(tasks)}
     proxied = [_proxied(plan, job, bundles[plan.name], env_keys) for plan in plans]
     # Ray's own port pool is not ours to redraw: a taken port is a failure of its task (restarted or fatal).

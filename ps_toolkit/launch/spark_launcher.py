@@ -28,6 +28,7 @@ from ps_toolkit.base import paths
 from ps_toolkit.base.errors import ConfigError
 from ps_toolkit.cluster.config import CHIEF, WORKER
 from ps_toolkit.launch import launcher
+from ps_toolkit.launch.engine_env import carried_env
 from ps_toolkit.launch.launcher import LaunchOptions, RunResult
 from ps_toolkit.launch.spark_tasks import FAILURE_MARKER, run_barrier_task
 from ps_toolkit.launch.status import Console, SummaryRow, describe_exit, exit_status_cell
@@ -91,7 +92,7 @@ def _run_stage(options: LaunchOptions, spark_options: SparkOptions, console: Con
     console.line(f"launch_spark: one barrier stage of {len(roles)} tasks on {spark_options.master}")
     session = builder.getOrCreate()
     task = functools.partial(
-        run_barrier_task, roles=roles, command=options.command, env=dict(options.env or {}), retry=retry
+        run_barrier_task, roles=roles, command=options.command, env=carried_env(options.env), retry=retry
     )
     stage = session.sparkContext.parallelize(range(len(roles)), len(roles)).barrier().mapPartitions(task)
     previous = signal.signal(signal.SIGTERM, _cancel_on_term(session))
