@@ -1,6 +1,6 @@
-"""Test helper: engine daemons (Ray nodes, Spark master and workers) started in the foreground, ended whatever happens.
+"""Test helpers for real engines: their daemons (Ray nodes, Spark master and workers) and the runs' checks.
 
-Each daemon runs as a child of the test in a session of its own
+Each daemon runs in the foreground as a child of the test in a session of its own
 (``lifecycle.spawn``), so stopping it (``lifecycle.stop_trees``: SIGTERM, a grace
 period, SIGKILL) takes every process it started with it, and nothing is found
 by name. Readiness is a line of the daemon's output, awaited with a bound.
@@ -9,14 +9,18 @@ by name. Readiness is a line of the daemon's output, awaited with a bound.
 from __future__ import annotations
 
 import os
+import re
 import selectors
 import subprocess
+import threading
 import time
 from collections.abc import Sequence
 
+import psutil
 import pytest
 
 from ps_toolkit.process import lifecycle
+from ps_toolkit.task import port_guard
 
 
 def unavailable(engine: str, reason: str):
@@ -61,9 +65,31 @@ class Daemons:
             process.stdout.close()
 
 
-def _drain_in_background(process: subprocess.Popen) -> None:
-    import threading
+def open_ports() -> list[str]:
+    """The tasks guard their ports where the machine can (root with iptables, as CI is); elsewhere they are
+    told the open port is intended, or they would refuse to start."""
+    return [] if port_guard.unavailable_reason() is None else ["--allow_open_ports"]
 
+
+def assert_no_task_left(log_dir: str) -> None:
+    """No task process of the run (they all name its folder, through --checkpoint_dir) is still alive."""
+    left = [p for p in psutil.process_iter(["cmdline"]) if any(log_dir in arg for arg in p.info["cmdline"] or ())]
+    assert not left, f"task processes left behind: {[p.info['cmdline'] for p in left]}"
+
+
+def summary_rows(log_dir: str) -> dict[str, list[str]]:
+    """The run's summary table, a row of cells per task name."""
+    with open(os.path.join(log_dir, "summary.txt"), encoding="utf-8") as handle:
+        text = handle.read()
+    rows = re.finditer(r"^((?:ps|worker|chief|evaluator):\d+) .*$", text, re.M)
+    return {row.group(1): row.group(0).split() for row in rows}
+
+
+def describe(done: subprocess.CompletedProcess) -> str:
+    return f"exit {done.returncode}\nstdout:\n{done.stdout[-4000:]}\nstderr:\n{done.stderr[-3000:]}"
+
+
+def _drain_in_background(process: subprocess.Popen) -> None:
     def drain() -> None:
         try:
             while os.read(process.stdout.fileno(), 1 << 16):

@@ -11,12 +11,10 @@ import subprocess
 import sys
 import tempfile
 
-import psutil
 import pytest
 
 from ps_toolkit.launch.ports import reserve_ports
-from ps_toolkit.task import port_guard
-from tests.engine_daemons import Daemons, unavailable
+from tests.engine_daemons import Daemons, assert_no_task_left, describe, open_ports, summary_rows, unavailable
 from tests.taskrun import REPO
 
 pytestmark = pytest.mark.slow
@@ -72,29 +70,6 @@ def launch_ray(address: str, env: dict, *args: str, log_dir: str) -> subprocess.
     finally:
         assert_no_task_left(log_dir)
     return done
-
-
-def open_ports() -> list[str]:
-    """The tasks guard their ports where the machine can (root with iptables, as CI is); elsewhere they are
-    told the open port is intended, or they would refuse to start."""
-    return [] if port_guard.unavailable_reason() is None else ["--allow_open_ports"]
-
-
-def assert_no_task_left(log_dir: str) -> None:
-    """No task process of the run (they all name its folder, through --checkpoint_dir) is still alive."""
-    left = [p for p in psutil.process_iter(["cmdline"]) if any(log_dir in arg for arg in p.info["cmdline"] or ())]
-    assert not left, f"task processes left behind: {[p.info['cmdline'] for p in left]}"
-
-
-def summary_rows(log_dir: str) -> dict[str, list[str]]:
-    with open(os.path.join(log_dir, "summary.txt"), encoding="utf-8") as handle:
-        text = handle.read()
-    rows = re.finditer(r"^((?:ps|worker|chief|evaluator):\d+) .*$", text, re.M)
-    return {row.group(1): row.group(0).split() for row in rows}
-
-
-def describe(done: subprocess.CompletedProcess) -> str:
-    return f"exit {done.returncode}\nstdout:\n{done.stdout[-4000:]}\nstderr:\n{done.stderr[-3000:]}"
 
 
 def test_the_main_job_runs_to_a_clean_end_over_both_nodes(ray_cluster, tmp_path):
