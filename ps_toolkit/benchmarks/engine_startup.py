@@ -6,8 +6,9 @@
 Each round runs the job (1 ps + 2 workers, --train_steps=20) once per launcher,
 one after the other, so the machine's load falls on every launcher alike; the
 report is each launcher's median wall time and its ratio to the local launcher's.
-Without --ray_address the Ray launch starts and stops a Ray of its own (its
-start-up then included); Spark is measured only on a running --spark_master.
+Ray is measured starting and stopping a Ray of the launch's own (its start-up
+included) and, with --ray_address, on a running cluster; Spark only on a running
+--spark_master.
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ import time
 from absl import app, flags
 
 _ROUNDS = flags.DEFINE_integer("rounds", 3, "Launches of each launcher.")
-_RAY = flags.DEFINE_string("ray_address", None, "A running Ray cluster; default: a Ray of the launch's own.")
+_RAY = flags.DEFINE_string("ray_address", None, "A running Ray cluster to measure besides a Ray of the launch's own.")
 _SPARK = flags.DEFINE_string("spark_master", None, "A running Spark master; default: Spark is not measured.")
 _STEPS = flags.DEFINE_integer("train_steps", 20, "The job's steps: small, so start-up dominates.")
 _TIMEOUT = flags.DEFINE_float("timeout_secs", 600.0, "Bound on one launch.")
@@ -30,8 +31,10 @@ _TIMEOUT = flags.DEFINE_float("timeout_secs", 600.0, "Bound on one launch.")
 def _commands(open_ports: list[str]) -> dict[str, list[str]]:
     job = ["--num_ps=1", "--num_workers=2", f"--train_steps={_STEPS.value}", "--nochart", "--quiet", *open_ports]
     commands = {"local": [sys.executable, "-m", "ps_toolkit.tools.launch_local", *job]}
-    ray_where = [f"--address={_RAY.value}"] if _RAY.value else ["--ray_num_cpus=4"]
-    commands["ray"] = [sys.executable, "-m", "ps_toolkit.tools.launch_ray", *ray_where, *job]
+    ray = [sys.executable, "-m", "ps_toolkit.tools.launch_ray"]
+    commands["ray, own Ray"] = [*ray, "--ray_num_cpus=4", *job]
+    if _RAY.value:
+        commands["ray, cluster"] = [*ray, f"--address={_RAY.value}", *job]
     if _SPARK.value:
         spark = [f"--master={_SPARK.value}", "--spark_executor_memory=512m"]
         commands["spark"] = [sys.executable, "-m", "ps_toolkit.tools.launch_spark", *spark, *job]
@@ -60,11 +63,11 @@ def main(argv: list[str]) -> None:
             times[name].append(_launch(command))
             print(f"round {round_number}: {name} {times[name][-1]:.1f}s", flush=True)
     local = statistics.median(times["local"])
-    print("launcher  median  ratio to local  runs")
+    print("launcher      median  ratio to local  runs")
     for name, values in times.items():
         median = statistics.median(values)
         runs = " ".join(f"{value:.1f}" for value in values)
-        print(f"{name:<8}  {median:5.1f}s  {median / local:13.2f}x  {runs}")
+        print(f"{name:<12}  {median:5.1f}s  {median / local:13.2f}x  {runs}")
 
 
 if __name__ == "__main__":

@@ -22,7 +22,7 @@ import sys
 import uuid
 
 from ps_toolkit.base import paths
-from ps_toolkit.base.errors import ConfigError
+from ps_toolkit.base.errors import ConfigError, RetryableError
 from ps_toolkit.cluster.config import PS
 from ps_toolkit.launch import launcher
 from ps_toolkit.launch.engine_env import carried_env
@@ -160,13 +160,18 @@ class _RayJob:
 
         where = self.options.address or "a local Ray of its own"
         self._console.line(f"launch_ray: connecting to {where}")
-        ray.init(
-            address=self.options.address,
-            namespace=self.namespace,
-            log_to_driver=False,
-            logging_level="WARNING",
-            **({} if self.options.address else {"num_cpus": self.options.local_num_cpus, "include_dashboard": False}),
-        )
+        own = {} if self.options.address else {"num_cpus": self.options.local_num_cpus, "include_dashboard": False}
+        try:
+            ray.init(
+                address=self.options.address,
+                namespace=self.namespace,
+                log_to_driver=False,
+                logging_level="WARNING",
+                **own,
+            )
+        except Exception as err:  # Ray raises ConnectionError, RuntimeError and bare Exception here
+            first = next((line for line in str(err).splitlines() if line.strip()), type(err).__name__)
+            raise RetryableError(f"cannot start or reach Ray ({where}): {first[:300]}") from None
         self.address = ray.get_runtime_context().gcs_address
         return self
 

@@ -94,7 +94,10 @@ def _run_stage(options: LaunchOptions, spark_options: SparkOptions, console: Con
     task = functools.partial(
         run_barrier_task, roles=roles, command=options.command, env=carried_env(options.env), retry=retry
     )
-    stage = session.sparkContext.parallelize(range(len(roles)), len(roles)).barrier().mapPartitions(task)
+    # The barrier stage feeds a shuffle: Spark retries a failed barrier shuffle-map stage as a whole, while a
+    # failed barrier result stage is never retried ("Could not recover from a failed barrier ResultStage").
+    barrier = session.sparkContext.parallelize(range(len(roles)), len(roles)).barrier().mapPartitions(task)
+    stage = barrier.repartition(1)
     previous = signal.signal(signal.SIGTERM, _cancel_on_term(session))
     timer = _StageTimeout(session, options.policy.timeout_secs)
     try:

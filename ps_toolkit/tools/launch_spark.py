@@ -21,7 +21,7 @@ import sys
 from absl import app, flags
 
 from ps_toolkit import cli
-from ps_toolkit.base.errors import ConfigError
+from ps_toolkit.base.errors import ConfigError, ToolkitError
 from ps_toolkit.launch import spark_launcher
 from ps_toolkit.tools import engine_flags
 
@@ -48,6 +48,9 @@ def launch(command: list[str]) -> int:
         return spark_launcher.launch(options, spark_options).exit_code
     except ConfigError as err:
         engine_flags.fail(PROG, str(err))
+    except ToolkitError as err:  # the engine could not be reached or started: one line, its status
+        print(f"{PROG}: {err}", file=sys.stderr)
+        return err.exit_code
 
 
 def main() -> None:
