@@ -161,9 +161,18 @@ def ray_is_idle(address: str, env: dict) -> bool:
     return done.stdout.strip() == "idle"
 
 
-def test_bad_input_is_one_line_and_status_2(tmp_path):
-    done = launch_ray("auto", dict(os.environ), "--worker_hosts=localhost:1", log_dir=str(tmp_path / "run"))
-    assert done.returncode == 2, describe(done)
-    expected = "launch_ray: --worker_hosts is ps-launch-local's only: on Ray the nodes' addresses and start-up are "
-    expected += "its own"
-    assert done.stderr.strip() == expected, describe(done)
+BAD_INPUT = {
+    "hosts": (["--worker_hosts=localhost:1"], 2, "launch_ray: --worker_hosts is ps-launch-local's only: on Ray"),
+    "address": (["--address=nohost"], 2, "launch_ray: --address='nohost': give auto or HOST:PORT"),
+    "nobody there": (["--address=127.0.0.1:1"], 200, "launch_ray: --address=127.0.0.1:1: nothing answers there"),
+    "cpus": (["--ray_ps_cpus=-1"], 2, "launch_ray: --ray_ps_cpus=-1.0: must be between 0 and 1024"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(BAD_INPUT))
+def test_bad_input_is_one_line_and_its_status(tmp_path, case):
+    args, status, line = BAD_INPUT[case]
+    argv = [sys.executable, "-m", "ps_toolkit.tools.launch_ray", f"--log_dir={tmp_path}", *args]
+    done = subprocess.run(argv, capture_output=True, text=True, timeout=120)
+    assert done.returncode == status, describe(done)
+    assert done.stderr.strip().startswith(line) and "\n" not in done.stderr.strip(), describe(done)

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import socket
 import sys
 import uuid
 
@@ -160,6 +161,7 @@ class _RayJob:
 
         where = self.options.address or "a local Ray of its own"
         self._console.line(f"launch_ray: connecting to {where}")
+        _check_reachable(self.options.address, self.options.ready_secs)
         own = {} if self.options.address else {"num_cpus": self.options.local_num_cpus, "include_dashboard": False}
         try:
             ray.init(
@@ -208,3 +210,16 @@ class _RayJob:
                 remove_placement_group(self._group)
         finally:
             ray.shutdown()  # a Ray of this process's own stops with it
+
+
+def _check_reachable(address: str | None, timeout_secs: float) -> None:
+    """A HOST:PORT nothing answers at is refused within the bound: Ray itself would retry it for minutes."""
+    if address is None or address == "auto" or "://" in address:
+        return
+    host, _, port = address.rpartition(":")
+    if not host or not port.isdigit():
+        raise ConfigError(f"--address={address!r}: give auto or HOST:PORT of the cluster's head (its GCS)")
+    try:
+        socket.create_connection((host.strip("[]"), int(port)), timeout=min(timeout_secs, 30.0)).close()
+    except OSError as err:
+        raise RetryableError(f"--address={address}: nothing answers there ({err.strerror or err})") from None
