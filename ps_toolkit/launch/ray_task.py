@@ -26,7 +26,8 @@ from ps_toolkit.launch.ray_nodes import TaskActor
 
 # How often the main thread wakes to handle signals while the task runs.
 _WAKE_SECS = 0.5
-# A task whose actor cannot be placed (no node has the resources) waits on the launcher's --timeout_secs.
+# Said when the actor dies under the task (its node or worker process lost): the task then ends with
+# status 200, which --restart=on-failure restarts.
 _LOST = "the task's Ray actor was lost (its node or worker process died)"
 
 
