@@ -105,7 +105,8 @@ def test_a_user_model_fn_with_embeddings_over_two_ps(spark_cluster, tmp_path):
     assert all(row[2:4] == ["0", "(finished)"] for row in rows.values()), rows
 
 
-def test_a_killed_worker_fails_the_stage_spark_runs_it_again_and_the_chief_resumes(spark_cluster, tmp_path):
+@pytest.mark.parametrize("job", ["worker", "ps"])
+def test_a_killed_task_fails_the_stage_spark_runs_it_again_and_the_chief_resumes(spark_cluster, tmp_path, job):
     master, env = spark_cluster
     log_dir = str(tmp_path / "run")
     argv = [sys.executable, "-m", "ps_toolkit.tools.launch_spark", f"--master={master}", f"--log_dir={log_dir}"]
@@ -113,7 +114,7 @@ def test_a_killed_worker_fails_the_stage_spark_runs_it_again_and_the_chief_resum
     argv += ["--save_checkpoint_steps=50", "--restart=on-failure", *open_ports()]
     launcher = subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     try:
-        victim = wait_for_training_worker(log_dir, deadline=time.monotonic() + JOB_TIMEOUT_SECS)
+        victim = wait_for_training(log_dir, job, deadline=time.monotonic() + JOB_TIMEOUT_SECS)
         victim.kill()
         output, _ = launcher.communicate(timeout=JOB_TIMEOUT_SECS)
     finally:
@@ -128,8 +129,9 @@ def test_a_killed_worker_fails_the_stage_spark_runs_it_again_and_the_chief_resum
         assert "resuming from global step" in handle.read()
 
 
-def wait_for_training_worker(log_dir: str, deadline: float) -> psutil.Process:
-    """worker:1's process, once the chief has saved a checkpoint (training is under way)."""
+def wait_for_training(log_dir: str, job: str, deadline: float) -> psutil.Process:
+    """The process of ``job``'s last task (worker:1, ps:0), once the chief has saved a checkpoint."""
+    index = "1" if job == "worker" else "0"
     checkpoint = os.path.join(log_dir, "checkpoints", "checkpoint")
     while time.monotonic() < deadline:
         if os.path.exists(checkpoint):
@@ -137,12 +139,12 @@ def wait_for_training_worker(log_dir: str, deadline: float) -> psutil.Process:
                 cmdline = process.info["cmdline"] or []
                 if (
                     any(log_dir in arg for arg in cmdline)
-                    and "--job_name=worker" in cmdline
-                    and "--task_index=1" in cmdline
+                    and f"--job_name={job}" in cmdline
+                    and f"--task_index={index}" in cmdline
                 ):
                     return process
         time.sleep(0.5)  # a poll of the run folder and the process table, bounded by the deadline
-    pytest.fail(f"no checkpoint in {checkpoint} with worker:1 running before the deadline")
+    pytest.fail(f"no checkpoint in {checkpoint} with {job}:{index} running before the deadline")
 
 
 def test_bad_master_is_one_line_and_status_2(tmp_path):

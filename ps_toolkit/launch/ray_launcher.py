@@ -92,7 +92,7 @@ def launch(options: LaunchOptions, ray_options: RayOptions, console: Console | N
 def _supervise(options: LaunchOptions, job: _RayJob, console: Console, log_dir: str, log_warning):
     counts = options.topology.jobs_for_ports(range(1, options.topology.num_tasks + 1))
     # One bundle per task, servers first (the order plan_tasks starts them in).
-    tasks = [(job, index) for job in START_ORDER for index in range(len(counts.get(job, ())))]
+    tasks = [(role, index) for role in START_ORDER for index in range(len(counts.get(role, ())))]
     addresses = job.place([name for name, _ in tasks])
     cluster: dict[str, list[str]] = {}
     for (name, _), address in zip(tasks, addresses, strict=True):
