@@ -105,7 +105,6 @@ def _run_stage(options: LaunchOptions, spark_options: SparkOptions, console: Con
         # The stage's attempts after the first are its restarts (every task was run again each time).
         info = session.sparkContext.statusTracker().getStageInfo(results[0][4]) if results else None
         restarts = info.currentAttemptId if info is not None else 0
-        return _judge(results, restarts, options, log_dir, console, log_warning)
     except KeyboardInterrupt:  # PySpark's SIGINT handler (or ours for SIGTERM) has cancelled the stage
         return _without_tasks(Outcome(False, "interrupted; the stage was cancelled", 128 + signal.SIGINT))
     except Exception as err:  # py4j's error carries the failed task's message in its text
@@ -117,6 +116,7 @@ def _run_stage(options: LaunchOptions, spark_options: SparkOptions, console: Con
         timer.cancel()
         signal.signal(signal.SIGTERM, previous)
         session.stop()
+    return _judge(results, restarts, options, log_dir, console, log_warning)
 
 
 class _StageTimeout:
