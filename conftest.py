@@ -35,6 +35,8 @@ _RULES_AT_START = pytest.StashKey[dict]()
 # in this order: the workers then end together, not one running a long file alone while the
 # others wait. The rest follow, most tests first. docs/performance.md has the measurements.
 LONGEST_FIRST = (
+    "tests/test_spark_cluster.py",
+    "tests/test_ray_cluster.py",
     "tests/test_user_model_cluster.py",
     "tests/test_open_ports.py",
     "tests/test_failure_matrix.py",

@@ -20,6 +20,8 @@ setup(
         "console_scripts": [
             "ps-run-task = ps_toolkit.tools.run_task:main",
             "ps-launch-local = ps_toolkit.tools.launch_local:main",
+            "ps-launch-ray = ps_toolkit.tools.launch_ray:main",
+            "ps-launch-spark = ps_toolkit.tools.launch_spark:main",
             "ps-run-legacy = ps_toolkit.tools.run_legacy:main",
             "ps-benchmark = ps_toolkit.tools.benchmark:main",
             "ps-make-slurm-job = ps_toolkit.tools.make_slurm_job:main",
@@ -42,6 +44,9 @@ setup(
         "setproctitle",
     ],
     extras_require={
+        # The engines ps-launch-ray and ps-launch-spark run jobs on (Spark also needs a Java 17+ runtime).
+        "ray": ["ray>=2.60"],
+        "spark": ["pyspark>=4.0"],
         # PyYAML and jsonschema let the tests read and check the generated
         # Kubernetes manifests with an independent parser; runtime needs neither.
         "test": ["pytest", "pytest-timeout", "pytest-xdist>=3.8", "ruff", "pyyaml", "jsonschema", "import-linter"],

@@ -131,7 +131,7 @@ def _launch(options: LaunchOptions, console: Console) -> RunResult:
     finally:
         reaper.close()
     try:
-        return _report(outcome, log_dir, console, log_warning, chart=options.chart)
+        return report(outcome, log_dir, console, log_warning, chart=options.chart)
     finally:
         paths.release_run_dir(log_dir)
 
@@ -142,7 +142,7 @@ def _attempts(options: LaunchOptions, console: Console, log_dir: str, log_warnin
     policy = dataclasses.replace(options.policy, retry_port_conflicts=not options.topology.explicit)
     env = task_env(options.env)
     starter = TaskStarter(options.start_method, note=console.line)
-    with _signals_wake() as signal_fd:
+    with signals_wake() as signal_fd:
         for attempt in range(1, options.port_attempts + 1):
             reservation = None if options.topology.explicit else reserve_ports(options.topology.num_tasks)
             try:
@@ -173,7 +173,8 @@ def _attempts(options: LaunchOptions, console: Console, log_dir: str, log_warnin
     return outcome
 
 
-def _report(outcome, log_dir: str, console: Console, log_warning: LogFolderWarning, *, chart: bool) -> RunResult:
+def report(outcome, log_dir: str, console: Console, log_warning: LogFolderWarning, *, chart: bool) -> RunResult:
+    """Writes the summary, the chart and the verdict of a supervised run (any engine's) and returns its result."""
     table = summary_table(outcome.rows) + _last_lines(outcome.outputs)
     verdict = ("succeeded: " if outcome.succeeded else "FAILED: ") + outcome.message + _scores(outcome.outputs)
     chart_path = os.path.join(log_dir, CHART_FILE)
@@ -229,7 +230,7 @@ def _chief_first(outputs: Mapping) -> list:
     return sorted(outputs.items(), key=lambda item: item[0] not in ("chief:0", "worker:0"))
 
 
-class _signals_wake:
+class signals_wake:
     """Turns SIGINT/SIGTERM into bytes on a socket the event loop waits on.
 
     Only the main thread can install handlers; elsewhere the fd is None and

@@ -108,7 +108,9 @@ def _train_args(run_dir: str) -> list[str]:
     return args
 
 
-def _options(command: list[str]) -> launcher.LaunchOptions:
+def options_from_flags(command: list[str]) -> launcher.LaunchOptions:
+    """The launch the flags describe: the task command (the given one, or run_task.py with the training
+    flags), the topology and the policy; ConfigError for bad input. Shared by every launcher tool."""
     given = [name for name in _TRAIN_FLAGS if flags.FLAGS[name].present and name != "allow_open_ports"]
     if command and given:
         raise ConfigError(
@@ -216,7 +218,7 @@ def _isolate(topology) -> dict[str, str]:
 def launch(command: list[str]) -> int:
     """Runs the cluster the flags describe (with ``command`` after ``--``, or the toolkit's tasks); its exit status."""
     try:
-        options = _options(command)
+        options = options_from_flags(command)
     except ConfigError as err:
         _fail(str(err))
     options = dataclasses.replace(options, env={**(options.env or {}), **_isolate(options.topology)})

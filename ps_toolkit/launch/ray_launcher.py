@@ -1,0 +1,225 @@
+"""Runs a parameter-server job on a Ray cluster: one actor per task, judged as the local launcher judges.
+
+The launch is the local launcher's with Ray underneath: a placement group with
+one bundle per task (its resource request; SPREAD puts the ps, which come
+first, on different nodes when there are several), a ``PortHolder`` per bundle
+that reserves the task's port on that node, the addresses gathered into one
+cluster before any server starts, and then the local launcher's ``Supervisor``
+over one ``ray_task`` process per task, which owns that task's actor. Verdict,
+restarts (the actor made again in its bundle, on its port), drills, timeouts,
+logs, summary and Ctrl-C are therefore the local launcher's own.
+
+Example:
+    options = LaunchOptions(Topology(num_ps=2, num_workers=2), command=default_command(["--train_steps=200"]))
+    result = launch(options, RayOptions(address="auto"))
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import socket
+import sys
+import uuid
+
+from ps_toolkit.base import paths
+from ps_toolkit.base.errors import ConfigError, RetryableError
+from ps_toolkit.cluster.config import PS
+from ps_toolkit.launch import launcher
+from ps_toolkit.launch.engine_env import carried_env
+from ps_toolkit.launch.launcher import LaunchOptions, RunResult
+from ps_toolkit.launch.ray_nodes import PortHolder
+from ps_toolkit.launch.status import Console
+from ps_toolkit.launch.supervisor import LogFolderWarning, Supervisor
+from ps_toolkit.launch.task_plan import START_ORDER, TaskPlan, plan_tasks, task_env
+from ps_toolkit.process import lifecycle
+from ps_toolkit.process.fork_client import TaskStarter
+
+# What a task's actor gets from the launch's plan besides engine_env's: its cluster and unbuffered output.
+_PLAN_ENV_KEYS = ("TF_CONFIG", "PYTHONUNBUFFERED")
+
+
+@dataclasses.dataclass(frozen=True)
+class RayOptions:
+    """Where the job runs on Ray and what each task asks for.
+
+    ``address`` None starts a Ray of this process's own (``local_num_cpus`` logical CPUs), stopped at
+    the end; "auto" or HOST:PORT joins a running cluster. ``ready_secs`` bounds the wait for the
+    placement group and the port holders: a cluster that cannot hold the job fails, never hangs.
+    """
+
+    address: str | None = None
+    ps_cpus: float = 1.0
+    worker_cpus: float = 1.0
+    worker_gpus: float = 0.0
+    local_num_cpus: int | None = None
+    ready_secs: float = 120.0
+
+    def __post_init__(self):
+        for name in ("ps_cpus", "worker_cpus", "worker_gpus"):
+            value = getattr(self, name)
+            if not 0 <= value <= 1024:
+                raise ConfigError(f"--ray_{name}={value}: must be between 0 and 1024")
+        if self.ps_cpus + self.worker_cpus <= 0:
+            raise ConfigError("--ray_ps_cpus and --ray_worker_cpus are both 0: a bundle must ask for something")
+        if self.ready_secs <= 0:
+            raise ConfigError(f"ready_secs={self.ready_secs} must be positive")
+
+    def bundle(self, job: str) -> dict[str, float]:
+        """The resources one task of ``job`` asks for (a ps: CPUs only)."""
+        cpus = self.ps_cpus if job == PS else self.worker_cpus
+        gpus = 0.0 if job == PS else self.worker_gpus
+        # A bundle of nothing is refused by Ray: a task asking for no CPU still takes a sliver.
+        return {"CPU": cpus or 0.01, **({"GPU": gpus} if gpus else {})}
+
+
+def launch(options: LaunchOptions, ray_options: RayOptions, console: Console | None = None) -> RunResult:
+    """Runs the job on Ray to its end and reports, as ``launcher.launch`` does locally."""
+    if options.topology.explicit:
+        raise ConfigError("--*_hosts: on Ray every task's address is its node's, chosen by the launch; give counts")
+    console = console or Console(sys.stdout)
+    log_dir = launcher.make_run_dir(options.log_dir)
+    console.line(f"launch_ray: run folder {log_dir}")
+    log_warning = LogFolderWarning(log_dir, console.line)
+    try:
+        with _RayJob(ray_options, console) as job:
+            outcome = _supervise(options, job, console, log_dir, log_warning)
+        return launcher.report(outcome, log_dir, console, log_warning, chart=options.chart)
+    finally:
+        paths.release_run_dir(log_dir)
+
+
+def _supervise(options: LaunchOptions, job: _RayJob, console: Console, log_dir: str, log_warning):
+    counts = options.topology.jobs_for_ports(range(1, options.topology.num_tasks + 1))
+    # One bundle per task, servers first (the order plan_tasks starts them in).
+    tasks = [(role, index) for role in START_ORDER for index in range(len(counts.get(role, ())))]
+    addresses = job.place([name for name, _ in tasks])
+    cluster: dict[str, list[str]] = {}
+    for (name, _), address in zip(tasks, addresses, strict=True):
+        cluster.setdefault(name, []).append(address)
+    plans = plan_tasks(cluster, options.command, base_env=task_env(options.env))
+    console.line("launch_ray: cluster " + ", ".join(f"{p.name}={p.address}" for p in plans))
+    env_keys = ",".join(dict.fromkeys((*_PLAN_ENV_KEYS, *carried_env(options.env))))
+    bundles = {f"{name}:{index}": bundle for bundle, (name, index) in enumerate(tasks)}
+    proxied = [_proxied(plan, job, bundles[plan.name], env_keys) for plan in plans]
+    # Ray's own port pool is not ours to redraw: a taken port is a failure of its task (restarted or fatal).
+    policy = dataclasses.replace(options.policy, retry_port_conflicts=False)
+    reaper = lifecycle.RunReaper()  # if this process is SIGKILLed, the ray_task processes and so the actors go
+    try:
+        with launcher.signals_wake() as signal_fd:
+            supervisor = Supervisor(
+                proxied,
+                log_dir=log_dir,
+                policy=policy,
+                console=console,
+                quiet=options.quiet,
+                starter=TaskStarter("exec", note=console.line),
+                log_warning=log_warning,
+                on_start=reaper.add,
+            )
+            return supervisor.run(signal_fd=signal_fd)
+    finally:
+        reaper.close()
+
+
+def _proxied(plan: TaskPlan, job: _RayJob, bundle: int, env_keys: str) -> TaskPlan:
+    """The plan whose process is the task's ``ray_task`` (the actor's owner) instead of the task itself."""
+    resources = job.options.bundle(plan.job)
+    argv = (
+        sys.executable,
+        "-m",
+        "ps_toolkit.launch.ray_task",
+        f"--address={job.address}",
+        f"--namespace={job.namespace}",
+        f"--placement_group={job.group_name}",
+        f"--bundle={bundle}",
+        f"--num_cpus={resources['CPU']}",
+        f"--num_gpus={resources.get('GPU', 0.0)}",
+        f"--launcher_python={sys.executable}",
+        f"--env_keys={env_keys}",
+        f"--cwd={os.getcwd()}",
+        "--",
+        *plan.argv,
+    )
+    return dataclasses.replace(plan, argv=argv)
+
+
+class _RayJob:
+    """The job's hold on Ray: the connection (or a Ray of its own), the placement group and the port holders."""
+
+    def __init__(self, options: RayOptions, console: Console):
+        self.options = options
+        self._console = console
+        self.namespace = f"ps_toolkit-{uuid.uuid4().hex[:12]}"
+        self.group_name = f"{self.namespace}-tasks"
+        self.address = ""
+        self._group = None
+        self._holders: list = []
+
+    def __enter__(self) -> _RayJob:
+        import ray
+
+        where = self.options.address or "a local Ray of its own"
+        self._console.line(f"launch_ray: connecting to {where}")
+        _check_reachable(self.options.address, self.options.ready_secs)
+        own = {} if self.options.address else {"num_cpus": self.options.local_num_cpus, "include_dashboard": False}
+        try:
+            ray.init(
+                address=self.options.address,
+                namespace=self.namespace,
+                log_to_driver=False,
+                logging_level="WARNING",
+                **own,
+            )
+        except Exception as err:  # Ray raises ConnectionError, RuntimeError and bare Exception here
+            first = next((line for line in str(err).splitlines() if line.strip()), type(err).__name__)
+            raise RetryableError(f"cannot start or reach Ray ({where}): {first[:300]}") from None
+        self.address = ray.get_runtime_context().gcs_address
+        return self
+
+    def place(self, jobs: list[str]) -> list[str]:
+        """Reserves a bundle and a port on its node for each task (in ``jobs`` order); their HOST:PORT."""
+        import ray
+        from ray.util.placement_group import placement_group
+        from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
+
+        bundles = [self.options.bundle(job) for job in jobs]
+        self._group = placement_group(bundles, strategy="SPREAD", name=self.group_name)
+        if not self._group.wait(timeout_seconds=self.options.ready_secs):
+            raise ConfigError(
+                f"the Ray cluster at {self.address} cannot hold the job: {len(bundles)} bundles {bundles} not "
+                f"placed within {self.options.ready_secs:g}s (free: {ray.available_resources()}); "
+                "ask for less (--ray_ps_cpus, --ray_worker_cpus) or add nodes"
+            )
+        holder = ray.remote(PortHolder)
+        in_bundle = [PlacementGroupSchedulingStrategy(self._group, index) for index in range(len(bundles))]
+        self._holders = [holder.options(num_cpus=0, scheduling_strategy=where).remote() for where in in_bundle]
+        found = ray.get([h.address.remote() for h in self._holders], timeout=self.options.ready_secs)
+        nodes = {node for node, _, _ in found}
+        self._console.line(f"launch_ray: {len(bundles)} tasks on {len(nodes)} node(s)")
+        return [f"{ip}:{port}" for _, ip, port in found]
+
+    def __exit__(self, *exc_info) -> None:
+        import ray
+        from ray.util.placement_group import remove_placement_group
+
+        try:
+            for holder in self._holders:
+                ray.kill(holder)  # its claim on the port dies with it
+            if self._group is not None:
+                remove_placement_group(self._group)
+        finally:
+            ray.shutdown()  # a Ray of this process's own stops with it
+
+
+def _check_reachable(address: str | None, timeout_secs: float) -> None:
+    """A HOST:PORT nothing answers at is refused within the bound: Ray itself would retry it for minutes."""
+    if address is None or address == "auto" or "://" in address:
+        return
+    host, _, port = address.rpartition(":")
+    if not host or not port.isdigit():
+        raise ConfigError(f"--address={address!r}: give auto or HOST:PORT of the cluster's head (its GCS)")
+    try:
+        socket.create_connection((host.strip("[]"), int(port)), timeout=min(timeout_secs, 30.0)).close()
+    except OSError as err:
+        raise RetryableError(f"--address={address}: nothing answers there ({err.strerror or err})") from None

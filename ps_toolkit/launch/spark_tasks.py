@@ -1,0 +1,72 @@
+"""What one barrier task of a Spark launch runs on its executor: a port, the cluster by allGather, the task.
+
+The partition number is the task's role (the driver's ``roles``, servers first).
+The port is reserved on the executor's host with the local launcher's
+reservation and held until the task ends; ``BarrierTaskContext.allGather``
+gives every task every address before any server starts; the task itself is
+``plan_tasks``' plan, the command and TF_CONFIG a local task gets. A task that
+fails with a status a restart may cure raises, which fails the barrier stage:
+Spark then runs the whole stage again (every task on fresh ports) and the chief
+resumes from its checkpoint. Any other end returns the task's output and status
+to the driver, which judges the run.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import time
+from collections.abc import Iterator, Mapping, Sequence
+
+from ps_toolkit.base.errors import EXIT_CONFIG, EXIT_ENVIRONMENT
+from ps_toolkit.launch.ports import reserve_ports
+from ps_toolkit.launch.status import describe_exit
+from ps_toolkit.launch.task_plan import plan_tasks, task_env
+from ps_toolkit.process import lifecycle
+
+# The first line of a retryable failure's message, which the driver finds in Spark's error text.
+FAILURE_MARKER = "ps_toolkit barrier task failed:"
+_TAIL_LINES = 20
+
+
+class RetryableTaskExit(RuntimeError):
+    """A task ended with a status a restart may cure: raised to fail the stage, so Spark retries it."""
+
+
+def run_barrier_task(
+    _rows: Iterator,
+    *,
+    roles: Sequence[tuple[str, int]],
+    command: Sequence[str],
+    env: Mapping[str, str],
+    retry: bool,
+) -> Iterator[tuple]:
+    """The body of partition ``i``: runs task ``roles[i]``; yields (name, address, status, secs, stage id, output)."""
+    from pyspark import BarrierTaskContext  # only on an executor
+
+    context = BarrierTaskContext.get()
+    index = context.partitionId()
+    job, job_index = roles[index]
+    host = context.getTaskInfos()[index].address.rsplit(":", 1)[0]
+    reservation = reserve_ports(1)
+    try:
+        addresses = context.allGather(f"{host}:{reservation.ports[0]}")
+        cluster: dict[str, list[str]] = {}
+        for (name, _), address in zip(roles, addresses, strict=True):
+            cluster.setdefault(name, []).append(address)
+        plans = plan_tasks(cluster, command, base_env=task_env(env))
+        plan = next(p for p in plans if p.name == f"{job}:{job_index}")
+        started = time.monotonic()
+        # Its own session, killed if this Python worker dies (Spark kills it with the stage).
+        process = lifecycle.spawn(plan.argv, env=plan.env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+        with process.stdout:
+            output = process.stdout.read()
+        code = process.wait()
+    finally:
+        reservation.release()
+    if code != 0 and retry and code not in (EXIT_CONFIG, EXIT_ENVIRONMENT):
+        tail = "\n".join(output.decode("utf-8", "replace").splitlines()[-_TAIL_LINES:])
+        raise RetryableTaskExit(
+            f"{FAILURE_MARKER} {code} {plan.name} ({plan.address}) {describe_exit(code, False)} "
+            f"; its last lines:\n{tail}"
+        )
+    yield plan.name, plan.address, code, time.monotonic() - started, context.stageId(), output

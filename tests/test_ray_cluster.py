@@ -1,0 +1,178 @@
+"""A real two-node Ray cluster (a head and a second node, started here with ``ray start``) runs ps-launch-ray's jobs."""
+
+from __future__ import annotations
+
+import os
+import re
+import secrets
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+
+import pytest
+
+from ps_toolkit.launch.ports import reserve_ports
+from tests.engine_daemons import Daemons, assert_no_task_left, describe, open_ports, summary_rows, unavailable
+from tests.taskrun import REPO
+
+pytestmark = pytest.mark.slow
+
+TRAIN_STEPS = 200
+JOB_TIMEOUT_SECS = 240
+NODE_CPUS = 2  # logical: each node offers two task slots, so a 3- or 4-task job needs both nodes
+
+
+@pytest.fixture(scope="module")
+def ray_cluster():
+    """(GCS address, environment for the launcher): a head and a second node, stopped at the end."""
+    try:
+        import ray  # noqa: F401
+    except ImportError:
+        unavailable("Ray", "ray is not installed (pip install -e '.[ray]')")
+    ray_bin = os.path.join(os.path.dirname(sys.executable), "ray")
+    # Ray's socket paths must stay short: a folder of its own under /tmp, not pytest's deep tmp_path.
+    root = tempfile.mkdtemp(prefix="pstk-ray-", dir="/tmp")
+    token = os.path.join(root, "auth_token")
+    with open(token, "w", encoding="ascii") as handle:
+        handle.write(secrets.token_hex(32))
+    # Every process that talks to this cluster proves it knows the token: Ray's own ports stay closed.
+    env = dict(os.environ, RAY_AUTH_MODE="token", RAY_AUTH_TOKEN_PATH=token, RAY_USAGE_STATS_ENABLED="0")
+    # Ray's fixed ports are chosen here (two nodes share this machine); its workers' ports are kept out of
+    # the range the tasks' ports are drawn from (ports.py: 10000 up to the ephemeral range), as docs/deploy.md asks.
+    reservation = reserve_ports(4)
+    gcs_port, client_port, head_agent_port, node_agent_port = reservation.ports
+    reservation.release()
+    daemons = Daemons(env)
+    common = ["--block", f"--num-cpus={NODE_CPUS}", "--node-ip-address=127.0.0.1", "--disable-usage-stats"]
+    try:
+        daemons.start(
+            [ray_bin, "start", "--head", f"--port={gcs_port}", f"--ray-client-server-port={client_port}",
+             "--include-dashboard=false", f"--temp-dir={root}", f"--dashboard-agent-listen-port={head_agent_port}",
+             "--min-worker-port=40000", "--max-worker-port=40499", *common],
+            ready="Ray runtime started", timeout_secs=120,
+        )  # fmt: skip
+        second = [ray_bin, "start", f"--address=127.0.0.1:{gcs_port}", "--min-worker-port=40500"]
+        second += ["--max-worker-port=40999", f"--dashboard-agent-listen-port={node_agent_port}", *common]
+        daemons.start(second, ready="Ray runtime started", timeout_secs=120)
+        yield f"127.0.0.1:{gcs_port}", env
+    finally:
+        daemons.stop()
+        shutil.rmtree(root, ignore_errors=True)
+
+
+def launch_ray(address: str, env: dict, *args: str, log_dir: str) -> subprocess.CompletedProcess:
+    argv = [sys.executable, "-m", "ps_toolkit.tools.launch_ray", f"--address={address}", f"--log_dir={log_dir}"]
+    argv += ["--quiet", "--nochart", "--grace_secs=5", "--stop_grace_secs=5", *open_ports(), *args]
+    try:
+        done = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=JOB_TIMEOUT_SECS)
+    finally:
+        assert_no_task_left(log_dir)
+    return done
+
+
+def test_the_main_job_runs_to_a_clean_end_over_both_nodes(ray_cluster, tmp_path):
+    address, env = ray_cluster
+    log_dir = str(tmp_path / "run")
+    done = launch_ray(address, env, "--num_ps=1", "--num_workers=2", f"--train_steps={TRAIN_STEPS}", log_dir=log_dir)
+    assert done.returncode == 0, describe(done)
+    assert "launch_ray: 3 tasks on 2 node(s)" in done.stdout, describe(done)
+    rows = summary_rows(log_dir)
+    assert sorted(rows) == ["ps:0", "worker:0", "worker:1"], describe(done)
+    assert all(row[2:4] == ["0", "(finished)"] for row in rows.values()), rows
+    assert "launcher: succeeded: the chief (worker:0) finished with status 0" in done.stdout, describe(done)
+
+
+def test_a_user_model_fn_with_embeddings_over_two_ps(ray_cluster, tmp_path):
+    address, env = ray_cluster
+    log_dir = str(tmp_path / "run")
+    env = dict(env, PYTHONPATH=os.path.join(REPO, "tests", "user_models"))
+    model = ["--model_fn=clicks:model_fn", "--input_fn=clicks:input_fn", "--optimizer=adagrad"]
+    done = launch_ray(address, env, "--num_ps=2", "--num_workers=2", "--train_steps=100", *model, log_dir=log_dir)
+    assert done.returncode == 0, describe(done)
+    rows = summary_rows(log_dir)
+    assert sorted(rows) == ["ps:0", "ps:1", "worker:0", "worker:1"], describe(done)
+    assert all(row[2:4] == ["0", "(finished)"] for row in rows.values()), rows
+    # The two ps on the two nodes: SPREAD places the first bundles (the servers) apart.
+    assert "launch_ray: 4 tasks on 2 node(s)" in done.stdout, describe(done)
+
+
+@pytest.mark.parametrize("task", ["worker:1", "ps:0"])
+def test_a_killed_task_is_restarted_on_its_node_and_port_and_the_job_completes(ray_cluster, tmp_path, task):
+    address, env = ray_cluster
+    log_dir = str(tmp_path / "run")
+    args = ["--num_ps=1", "--num_workers=2", "--train_steps=500", "--restart=on-failure", f"--kill={task}@15s"]
+    done = launch_ray(address, env, *args, log_dir=log_dir)
+    assert done.returncode == 0, describe(done)
+    rows = summary_rows(log_dir)
+    assert rows[task][4] == "1", rows  # one restart
+    assert re.search(rf"launcher: {task} .*; restarting it on {re.escape(rows[task][1])} ", done.stdout), describe(done)
+
+
+def test_ctrl_c_leaves_no_task_actor_or_bundle_behind(ray_cluster, tmp_path):
+    address, env = ray_cluster
+    log_dir = str(tmp_path / "run")
+    argv = [sys.executable, "-m", "ps_toolkit.tools.launch_ray", f"--address={address}", f"--log_dir={log_dir}"]
+    argv += [
+        "--num_ps=1",
+        "--num_workers=2",
+        "--train_steps=100000",
+        "--timeout_secs=150",
+        "--stop_grace_secs=5",
+        *open_ports(),
+    ]
+    launcher = subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        seen = []
+        for line in launcher.stdout:  # ends with the launcher's output, bounded by the job's own steps
+            seen.append(line)
+            if re.search(r"s step \d+ ", line):  # the status line: the job is training
+                break
+        launcher.send_signal(signal.SIGINT)
+        output, _ = launcher.communicate(timeout=60)
+    finally:
+        if launcher.poll() is None:
+            launcher.kill()
+            launcher.wait(10)
+        assert_no_task_left(log_dir)
+    assert launcher.returncode == 128 + signal.SIGINT, "".join(seen) + output
+    assert "launcher: FAILED: interrupted by SIGINT" in output, output
+    assert ray_is_idle(address, env), "Ray still holds resources or a placement group of the interrupted job"
+
+
+IDLE_PROBE = """
+import sys, time, ray
+ray.init(address=sys.argv[1], log_to_driver=False, logging_level="ERROR")
+deadline = time.monotonic() + 30  # Ray frees an ended job's actors and bundles asynchronously
+while time.monotonic() < deadline:
+    groups = [g for g in ray.util.placement_group_table().values() if g["state"] != "REMOVED"]
+    if not groups and ray.available_resources().get("CPU") == ray.cluster_resources().get("CPU"):
+        print("idle"); break
+    time.sleep(0.5)
+else:
+    print("busy", ray.available_resources(), groups)
+"""
+
+
+def ray_is_idle(address: str, env: dict) -> bool:
+    done = subprocess.run([sys.executable, "-c", IDLE_PROBE, address], env=env, capture_output=True, text=True,
+                          timeout=90)  # fmt: skip
+    return done.stdout.strip() == "idle"
+
+
+BAD_INPUT = {
+    "hosts": (["--worker_hosts=localhost:1"], 2, "launch_ray: --worker_hosts is ps-launch-local's only: on Ray"),
+    "address": (["--address=nohost"], 2, "launch_ray: --address='nohost': give auto or HOST:PORT"),
+    "nobody there": (["--address=127.0.0.1:1"], 200, "launch_ray: --address=127.0.0.1:1: nothing answers there"),
+    "cpus": (["--ray_ps_cpus=-1"], 2, "launch_ray: --ray_ps_cpus=-1.0: must be between 0 and 1024"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(BAD_INPUT))
+def test_bad_input_is_one_line_and_its_status(tmp_path, case):
+    args, status, line = BAD_INPUT[case]
+    argv = [sys.executable, "-m", "ps_toolkit.tools.launch_ray", f"--log_dir={tmp_path}", *args]
+    done = subprocess.run(argv, capture_output=True, text=True, timeout=120)
+    assert done.returncode == status, describe(done)
+    assert done.stderr.strip().startswith(line) and "\n" not in done.stderr.strip(), describe(done)

@@ -1,0 +1,153 @@
+"""A real Spark standalone cluster (a master and two workers, from spark-class) runs ps-launch-spark's jobs."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+
+import psutil
+import pytest
+
+from ps_toolkit.launch.ports import reserve_ports
+from tests.engine_daemons import Daemons, assert_no_task_left, describe, open_ports, summary_rows, unavailable
+from tests.taskrun import REPO
+
+pytestmark = pytest.mark.slow
+
+TRAIN_STEPS = 200
+JOB_TIMEOUT_SECS = 300
+WORKER_CORES = 2  # two slots per worker: a 3- or 4-task barrier stage needs both workers
+
+
+@pytest.fixture(scope="module")
+def spark_cluster():
+    """(master URL, environment for the driver): a master and two workers, stopped at the end."""
+    try:
+        import pyspark  # noqa: F401
+    except ImportError:
+        unavailable("Spark", "pyspark is not installed (pip install -e '.[spark]')")
+    if shutil.which("java") is None:
+        unavailable("Spark", "no java on PATH (apt-get install default-jre-headless)")
+    spark_class = os.path.join(os.path.dirname(sys.executable), "spark-class")
+    root = tempfile.mkdtemp(prefix="pstk-spark-")
+    reservation = reserve_ports(6)
+    master_port, master_ui, *worker_ports = reservation.ports
+    reservation.release()
+    # Only loopback, no REST submission server, workers' folders here: nothing reaches this cluster from outside.
+    daemon_opts = "-Dspark.master.rest.enabled=false -Dspark.ui.enabled=true"
+    env = dict(
+        os.environ,
+        SPARK_LOCAL_IP="127.0.0.1",
+        SPARK_MASTER_OPTS=daemon_opts,
+        SPARK_WORKER_DIR=os.path.join(root, "work"),
+        SPARK_LOG_DIR=os.path.join(root, "logs"),
+        SPARK_NO_DAEMONIZE="1",
+    )
+    daemons = Daemons(env)
+    master = f"spark://127.0.0.1:{master_port}"
+    try:
+        daemons.start(
+            [spark_class, "org.apache.spark.deploy.master.Master", "--host", "127.0.0.1",
+             "--port", str(master_port), "--webui-port", str(master_ui)],
+            ready="I have been elected leader", timeout_secs=180,
+        )  # fmt: skip
+        for index in range(2):
+            port, ui_port = worker_ports[2 * index : 2 * index + 2]
+            daemons.start(
+                [spark_class, "org.apache.spark.deploy.worker.Worker", master, "--host", "127.0.0.1",
+                 "--port", str(port), "--webui-port", str(ui_port), "--cores", str(WORKER_CORES),
+                 "--memory", "1g", "--work-dir", os.path.join(root, f"work-{index}")],
+                ready="Successfully registered with master", timeout_secs=180,
+            )  # fmt: skip
+        yield master, env
+    finally:
+        daemons.stop()
+        shutil.rmtree(root, ignore_errors=True)
+
+
+def launch_spark(master: str, env: dict, *args: str, log_dir: str) -> subprocess.CompletedProcess:
+    argv = [sys.executable, "-m", "ps_toolkit.tools.launch_spark", f"--master={master}", f"--log_dir={log_dir}"]
+    argv += ["--nochart", "--spark_executor_memory=512m", *open_ports(), *args]
+    try:
+        done = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=JOB_TIMEOUT_SECS)
+    finally:
+        assert_no_task_left(log_dir)
+    return done
+
+
+def test_the_main_job_runs_to_a_clean_end_as_one_barrier_stage(spark_cluster, tmp_path):
+    master, env = spark_cluster
+    log_dir = str(tmp_path / "run")
+    done = launch_spark(master, env, "--num_ps=1", "--num_workers=2", f"--train_steps={TRAIN_STEPS}", log_dir=log_dir)
+    assert done.returncode == 0, describe(done)
+    rows = summary_rows(log_dir)
+    assert sorted(rows) == ["ps:0", "worker:0", "worker:1"], describe(done)
+    assert all(row[2:4] == ["0", "(finished)"] for row in rows.values()), rows
+    assert "launcher: succeeded: the chief (worker:0) finished with status 0" in done.stdout, describe(done)
+    # The logs came back to the driver's run folder: the chief's holds its final result line.
+    with open(os.path.join(log_dir, "worker-0.log"), encoding="utf-8") as handle:
+        assert '"final_loss"' in handle.read()
+
+
+def test_a_user_model_fn_with_embeddings_over_two_ps(spark_cluster, tmp_path):
+    master, env = spark_cluster
+    log_dir = str(tmp_path / "run")
+    env = dict(env, PYTHONPATH=os.path.join(REPO, "tests", "user_models"))
+    model = ["--model_fn=clicks:model_fn", "--input_fn=clicks:input_fn", "--optimizer=adagrad"]
+    done = launch_spark(master, env, "--num_ps=2", "--num_workers=2", "--train_steps=100", *model, log_dir=log_dir)
+    assert done.returncode == 0, describe(done)
+    rows = summary_rows(log_dir)
+    assert sorted(rows) == ["ps:0", "ps:1", "worker:0", "worker:1"], describe(done)
+    assert all(row[2:4] == ["0", "(finished)"] for row in rows.values()), rows
+
+
+@pytest.mark.parametrize("job", ["worker", "ps"])
+def test_a_killed_task_fails_the_stage_spark_runs_it_again_and_the_chief_resumes(spark_cluster, tmp_path, job):
+    master, env = spark_cluster
+    log_dir = str(tmp_path / "run")
+    argv = [sys.executable, "-m", "ps_toolkit.tools.launch_spark", f"--master={master}", f"--log_dir={log_dir}"]
+    argv += ["--nochart", "--spark_executor_memory=512m", "--num_ps=1", "--num_workers=2", "--train_steps=2000"]
+    argv += ["--save_checkpoint_steps=50", "--restart=on-failure", *open_ports()]
+    launcher = subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        victim = wait_for_training(log_dir, job, deadline=time.monotonic() + JOB_TIMEOUT_SECS)
+        victim.kill()
+        output, _ = launcher.communicate(timeout=JOB_TIMEOUT_SECS)
+    finally:
+        if launcher.poll() is None:
+            launcher.kill()
+            launcher.wait(30)
+        assert_no_task_left(log_dir)
+    assert launcher.returncode == 0, output[-5000:]
+    rows = summary_rows(log_dir)
+    assert all(row[2:5] == ["0", "(finished)", "1"] for row in rows.values()), rows  # one stage retry
+    with open(os.path.join(log_dir, "worker-0.log"), encoding="utf-8") as handle:
+        assert "resuming from global step" in handle.read()
+
+
+def wait_for_training(log_dir: str, job: str, deadline: float) -> psutil.Process:
+    """The process of ``job``'s last task (worker:1, ps:0), once the chief has saved a checkpoint."""
+    index = "1" if job == "worker" else "0"
+    checkpoint = os.path.join(log_dir, "checkpoints", "checkpoint")
+    while time.monotonic() < deadline:
+        if os.path.exists(checkpoint):
+            for process in psutil.process_iter(["cmdline"]):
+                cmdline = process.info["cmdline"] or []
+                if (
+                    any(log_dir in arg for arg in cmdline)
+                    and f"--job_name={job}" in cmdline
+                    and f"--task_index={index}" in cmdline
+                ):
+                    return process
+        time.sleep(0.5)  # a poll of the run folder and the process table, bounded by the deadline
+    pytest.fail(f"no checkpoint in {checkpoint} with {job}:{index} running before the deadline")
+
+
+def test_bad_master_is_one_line_and_status_2(tmp_path):
+    done = launch_spark("mesos://x", dict(os.environ), log_dir=str(tmp_path / "run"))
+    assert done.returncode == 2, describe(done)
+    assert done.stderr.strip().startswith("launch_spark: --master='mesos://x': give spark://HOST:PORT"), describe(done)
