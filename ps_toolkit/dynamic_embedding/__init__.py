@@ -15,6 +15,7 @@ A model_fn that returns a loss trains its tables with the toolkit's
 from ps_toolkit.dynamic_embedding.initial_rows import InitialRows
 from ps_toolkit.dynamic_embedding.keys import KEY_DTYPES, NUM_SAVE_BUCKETS
 from ps_toolkit.dynamic_embedding.lookups import COMBINERS, lookup, lookup_sparse
+from ps_toolkit.dynamic_embedding.maintenance import TableMaintenanceHook
 from ps_toolkit.dynamic_embedding.optimizer import TableOptimizer, is_table_rows, sync_gradients, table_gradients
 from ps_toolkit.dynamic_embedding.table import DynamicTable, get_table, shard_devices, tables_of_graph
 
@@ -24,6 +25,7 @@ __all__ = [
     "NUM_SAVE_BUCKETS",
     "DynamicTable",
     "InitialRows",
+    "TableMaintenanceHook",
     "TableOptimizer",
     "get_table",
     "is_table_rows",

@@ -62,9 +62,10 @@ class HashTable:
     def export(self) -> tuple[tf.Tensor, tf.Tensor]:
         """(keys, values): a copy of the whole table, made on its device."""
         with on_device(self.device):
-            return tf.raw_ops.LookupTableExportV2(
+            ids, values = tf.raw_ops.LookupTableExportV2(
                 table_handle=self.handle, Tkeys=self.key_dtype, Tvalues=self.value_dtype
             )
+            return tf.ensure_shape(ids, [None]), tf.ensure_shape(values, [None, *self.value_shape.as_list()])
 
     def replace(self, ids: tf.Tensor, values: tf.Tensor) -> tf.Operation:
         """Replaces the whole content by (ids, values)."""

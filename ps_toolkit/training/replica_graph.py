@@ -38,6 +38,8 @@ from ps_toolkit.training.model_calls import call_model_fn
 from ps_toolkit.training.sync_replicas import PerReplicaSyncOptimizer
 
 log = logging.getLogger(__name__)
+# The chief evicts from and measures the dynamic tables this many times over a run (and at its end).
+TABLE_MAINTENANCE_RUNS = 20
 
 
 @dataclasses.dataclass
@@ -98,6 +100,10 @@ def build(cluster: ClusterConfig, config: TrainConfig, definition: ModelDefiniti
             step = _StepBuilder(cluster, config, global_step, optimizer, loss_fn, trained, sparse, hooks)
             train_op, loss, multi_step = step.build()
         tf.compat.v1.summary.scalar("loss", loss)
+    tables = dynamic_embedding.tables_of_graph()
+    if tables and cluster.is_chief:
+        every = max(1, config.train_steps // TABLE_MAINTENANCE_RUNS)
+        hooks.append(dynamic_embedding.TableMaintenanceHook(tables, every, summary_dir=config.checkpoint_dir))
     if cluster.is_chief:
         strategies.log_placement_report(strategies.placement_report(num_ps=cluster.num_ps), log)
     scaffold = tf.compat.v1.train.Scaffold(
