@@ -17,6 +17,7 @@ from ps_toolkit.dynamic_embedding.keys import KEY_DTYPES, NUM_SAVE_BUCKETS
 from ps_toolkit.dynamic_embedding.lookups import COMBINERS, lookup, lookup_sparse
 from ps_toolkit.dynamic_embedding.maintenance import TableMaintenanceHook
 from ps_toolkit.dynamic_embedding.optimizer import TableOptimizer, is_table_rows, sync_gradients, table_gradients
+from ps_toolkit.dynamic_embedding.saving import checkpoint_differences
 from ps_toolkit.dynamic_embedding.table import DynamicTable, get_table, shard_devices, tables_of_graph
 
 __all__ = [
@@ -27,6 +28,7 @@ __all__ = [
     "InitialRows",
     "TableMaintenanceHook",
     "TableOptimizer",
+    "checkpoint_differences",
     "get_table",
     "is_table_rows",
     "lookup",

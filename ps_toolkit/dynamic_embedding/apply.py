@@ -62,7 +62,14 @@ def apply_shard(shard: TableShard, rule: RowRule, ids, grads, counts, step) -> t
     """On the shard's ps: count the ids, admit those due, update the rows and slots of the admitted."""
     table = shard.table
     slot_tables = {name: shard.slot(name) for name in rule.slots}
-    with on_device(shard.device), tf.name_scope("apply_" + shard.prefix.split("/")[-1]):
+    grads = tf.convert_to_tensor(grads)
+    # After the gradient, so after the step's lookups: the meta written below does not depend on the gradient,
+    # and a lookup reading it first would see an id counted but without its row.
+    with (
+        on_device(shard.device),
+        tf.name_scope("apply_" + shard.prefix.split("/")[-1]),
+        tf.control_dependencies([grads]),
+    ):
         old_count = shard.meta.find(ids)[:, 0]
         new_count = old_count + counts
         existed = old_count >= table.admit_after
@@ -76,7 +83,9 @@ def apply_shard(shard: TableShard, rule: RowRule, ids, grads, counts, step) -> t
         kept_ids = tf.boolean_mask(ids, admitted)
         updates = [shard.rows.insert(kept_ids, tf.boolean_mask(new_rows, admitted))]
         updates += [slot_tables[n].insert(kept_ids, tf.boolean_mask(v, admitted)) for n, v in new_slots.items()]
-        updates.append(shard.meta.insert(ids, tf.stack([new_count, tf.fill(tf.shape(ids), step)], 1)))
+        # The meta last: a lookup on another worker meanwhile sees an id admitted only once its row is there.
+        with tf.control_dependencies(updates):
+            updates.append(shard.meta.insert(ids, tf.stack([new_count, tf.fill(tf.shape(ids), step)], 1)))
         newly = tf.reduce_sum(tf.cast(tf.logical_and(admitted, tf.logical_not(existed)), tf.int64))
         updates.append(count_stat(shard, STAT_ADMITTED, newly))
         return tf.group(*updates)

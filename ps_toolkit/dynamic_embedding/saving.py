@@ -12,6 +12,8 @@ shard's content whole and checks the row dim against the table's.
 
 from __future__ import annotations
 
+import re
+
 import tensorflow as tf
 
 from ps_toolkit.base import tf_internals
@@ -71,9 +73,41 @@ class ShardComponentSaveable(_SaveableObject):
                 row_shape,
                 tf.constant(self._dim_shape.as_list(), tf.int64),
                 message=(
-                    f"dynamic table {self._table_name!r} {self._component}: the checkpoint's rows have another "
+                    f"dynamic table {self._table_name} {self._component}: the checkpoint holds values of another "
                     f"shape than the table's {self._dim_shape.as_list()}"
                 ),
             )
             with tf.control_dependencies([check]):
                 return self._hash_table.replace(ids, values)
+
+
+_KEY = re.compile(r"^(?P<table>.+)/(?P<component>rows|meta|slot_[^/]+)/bucket_\d\d/(?P<part>keys|values)$")
+
+
+def checkpoint_differences(saved: dict, tables) -> tuple[list[str], set]:
+    """(differences between a checkpoint's tables and ``tables``, the checkpoint keys that are tables').
+
+    ``saved`` maps checkpoint keys to shapes. A difference is a table of the
+    model the checkpoint lacks, a table of the checkpoint the model lacks, or
+    rows (or slots) of another dim.
+    """
+    by_name = {table.name: table for table in tables}
+    differences, consumed, seen = [], set(), set()
+    for key, shape in sorted(saved.items()):
+        match = _KEY.match(key)
+        if not match:
+            continue
+        consumed.add(key)
+        name, component = match["table"], match["component"]
+        seen.add(name)
+        table = by_name.get(name)
+        if table is None:
+            differences.append(f"the checkpoint's dynamic table {name} is not in the model")
+        elif match["part"] == "values" and component != "meta" and list(shape[1:]) != [table.dim]:
+            differences.append(
+                f"dynamic table {name} has rows of dim {table.dim}; the checkpoint's {component} have {shape[1:]}"
+            )
+    differences += [
+        f"the model's dynamic table {name} is not in the checkpoint" for name in by_name if name not in seen
+    ]
+    return sorted(set(differences)), consumed

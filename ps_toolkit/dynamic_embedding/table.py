@@ -184,6 +184,8 @@ def get_table(
     for field, value in (("evict_after_steps", evict_after_steps), ("max_rows_per_shard", max_rows_per_shard)):
         if value is not None:
             _check_positive_int(full_name, field, value)
+    if initializer is not None and not isinstance(initializer, InitialRows):
+        raise ConfigError(f"dynamic table {full_name!r}: initializer {initializer!r} is not an InitialRows")
     existing = {table.name: table for table in tf.compat.v1.get_collection(TABLES)}
     if full_name in existing:
         return _reused(existing[full_name], scope.reuse, dim, key_dtype, value_dtype)

@@ -130,7 +130,9 @@ def train(
     with tf.Graph().as_default():
         graph = replica_graph.build(cluster, config, definition)
         if cluster.is_chief and config.checkpoint_dir:  # a checkpoint of another model: exit 2 now, said in one line
-            checkpoints.check_model_matches_checkpoint(config.checkpoint_dir, tf.compat.v1.global_variables())
+            checkpoints.check_model_matches_checkpoint(
+                config.checkpoint_dir, tf.compat.v1.global_variables(), dynamic_embedding.tables_of_graph()
+            )
         if callable(target):
             target = target()
         progress = _progress_hook(cluster, config, graph, on_progress)
