@@ -20,7 +20,7 @@ from ps_toolkit.launch.local_cluster import InProcessCluster
 from ps_toolkit.task import monitored_training
 from ps_toolkit.training import export
 from ps_toolkit.training.config import TrainConfig
-from ps_toolkit.training.model_api import InputContext, ModelDefinition, ModeKeys
+from ps_toolkit.training.model_api import InputContext, ModeKeys, ModelDefinition
 from ps_toolkit.training.model_calls import call_model_fn
 
 EXAMPLE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "examples", "dynamic_clicks")
