@@ -11,9 +11,11 @@ LAUNCHER = os.path.join(REPO, "scripts", "launch_local.py")
 HERE = os.path.dirname(os.path.abspath(__file__))
 
 
-def _chief_result(stdout: str) -> dict:
-    lines = [line.split("] ", 1)[1] for line in stdout.splitlines() if line.startswith('[worker:0] {"job"')]
-    assert lines, stdout
+def _chief_result(run_dir) -> dict:
+    """The chief's JSON result line, from its log in the run folder."""
+    with open(run_dir / "worker-0.log", encoding="utf-8") as handle:
+        lines = [line[line.index("{") :] for line in handle if '{"job": "worker", "task": 0,' in line]
+    assert lines, f"no result line in {run_dir / 'worker-0.log'}"
     return json.loads(lines[-1])
 
 
@@ -28,7 +30,7 @@ def test_dynamic_clicks_trains_over_two_ps(tmp_path, sync):
     command = python_command(LAUNCHER, f"--log_dir={tmp_path / 'run'}", "--quiet", "--nochart", *flags)
     outcome = run_tasks({"launcher": command}, timeout=400, env={"PYTHONPATH": HERE})["launcher"]
     assert outcome.returncode == 0, outcome.describe()
-    result = _chief_result(outcome.stdout)
+    result = _chief_result(tmp_path / "run")
     for name in ("model/user", "model/item"):
         table = result["tables"][name]
         assert len(table["rows_per_shard"]) == 2 and min(table["rows_per_shard"]) > 0, table
@@ -43,9 +45,10 @@ def test_new_ids_arrive_as_training_goes_on(monkeypatch):
 
     from ps_toolkit.training.model_api import InputContext
 
-    batches = list(dynamic_clicks.input_fn(InputContext(2, 0, 512), {"new_ids_per_batch": 200}).take(30))
+    batches = list(dynamic_clicks.input_fn(InputContext(2, 0, 256), {"new_ids_per_batch": 500}).take(12))
     early = set(tf.concat([b[0]["user"] for b in batches[:5]], 0).numpy())
     late = set(tf.concat([b[0]["user"] for b in batches[-5:]], 0).numpy())
-    assert max(late) > dynamic_clicks.DEFAULTS["first_vocab"] + 20 * 200 > max(early)
-    other = next(iter(dynamic_clicks.input_fn(InputContext(2, 1, 512), {}).take(1)))[0]["user"].numpy()
+    # Batch i draws from the first 2000 + 500 i ids: the last five reach ids the first five cannot.
+    assert max(late) > dynamic_clicks.DEFAULTS["first_vocab"] + 4 * 500 >= max(early)
+    other = next(iter(dynamic_clicks.input_fn(InputContext(2, 1, 256), {}).take(1)))[0]["user"].numpy()
     assert list(other) != list(batches[0][0]["user"].numpy())  # each replica draws its own batches
