@@ -138,3 +138,16 @@ def _serve_with_tensorflow_only(path, users, items):
     done = subprocess.run(command, capture_output=True, text=True, timeout=120, cwd="/", check=False)
     assert done.returncode == 0, done.stderr[-3000:]
     return np.array(json.loads(done.stdout.strip().splitlines()[-1]))
+
+
+def test_an_admission_threshold_below_1_from_the_cli_is_one_line_and_exit_2(tmp_path):
+    from tests.taskrun import REPO, python_command, run_tasks
+    from tests.test_bad_input import OK_HOSTS, assert_clean_failure
+
+    args = OK_HOSTS + ["--job_name=worker", "--task_index=0", f"--checkpoint_dir={tmp_path}/ckpt"]
+    args += ["--model_fn=dynamic_clicks:model_fn", "--input_fn=dynamic_clicks:input_fn", '--params={"admit_after": 0}']
+    command = python_command(os.path.join(REPO, "scripts", "run_task.py"), *args)
+    outcome = run_tasks({"chief": command}, timeout=90, env={"PYTHONPATH": EXAMPLE})["chief"]
+    assert_clean_failure(
+        outcome, "dynamic table 'model/user': admit_after=0 must be an integer >= 1 (an admission threshold below 1"
+    )
