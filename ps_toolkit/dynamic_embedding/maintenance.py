@@ -1,7 +1,7 @@
 """The chief's table maintenance: eviction on a schedule, and each table's size, admissions and evictions.
 
-``TableMaintenanceHook`` runs, every ``every_steps`` global steps and at the
-end, the tables' eviction ops (``eviction``) in a session.run of its own,
+``TableMaintenanceHook`` runs, when its session starts, every ``every_steps``
+global steps and at the end, the tables' eviction ops (``eviction``) in a session.run of its own,
 after a step, never inside one; then reads each table's rows and counters.
 It writes them as summaries beside the chief's (``tables/<name>/rows``, ...),
 keeps the latest for the progress line (``progress_fields``) and a short
