@@ -18,7 +18,6 @@ from ps_toolkit_compat.tfra.refused import NotServedUseError
 from ps_toolkit_compat.tfra.variable import Variable
 
 COMBINERS = ("mean", "sqrtn", "sum")
-TRAINABLE_WRAPPERS = "ps_toolkit_compat_tfra_trainable_wrappers"
 
 
 class TrainableWrapper:
@@ -61,7 +60,6 @@ def _wrapper(params: Variable, ids: tf.Tensor, name: str | None) -> TrainableWra
     key = name or tf.compat.v1.get_default_graph().unique_name("_anonymous_trainable_store_key")
     wrapper = TrainableWrapper(params, ids, key, modes.get_model_mode())
     params.trainable_store[key] = wrapper
-    tf.compat.v1.add_to_collection(TRAINABLE_WRAPPERS, wrapper)
     return wrapper
 
 

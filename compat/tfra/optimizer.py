@@ -52,7 +52,7 @@ class _TrainsTables:
 
 def _trained_table_names(wrappers) -> set:
     """The tables the optimizer trains: every trainable one, or those of the given TrainableWrappers."""
-    trainable = {v.table.name for v in tf.compat.v1.get_collection(variable.VARIABLES) if v.trainable}
+    trainable = {v.table.name for v in variable.variables_of_graph().values() if v.trainable}
     if wrappers is None:
         return trainable
     return {w.params.table.name for w in wrappers} & trainable

@@ -12,13 +12,17 @@ fixes does not arise); ``kv_creator`` may be TFRA's default (Cuckoo) creator.
 
 from __future__ import annotations
 
+import weakref
+
 import tensorflow as tf
 
 from ps_toolkit import dynamic_embedding as tables
 from ps_toolkit_compat.tfra import errors, initializers, refused, restrict
 from ps_toolkit_compat.tfra.refused import NotServedUseError
 
-VARIABLES = "ps_toolkit_compat_tfra_variables"
+# graph -> {name: Variable}. Not a graph collection: an exported MetaGraph would list the names as
+# graph elements, and loading the SavedModel would fail on them.
+_VARIABLES_BY_GRAPH = weakref.WeakKeyDictionary()
 # The (key, value) dtype pairs TFRA's CPU table took; the values it could not train are not served here.
 TFRA_DTYPE_PAIRS = {
     tf.int64: (tf.float32, tf.half, tf.bfloat16, tf.int32, tf.int8, tf.int64, tf.float64, tf.string),
@@ -48,6 +52,12 @@ class KVCreator:
 
 class CuckooHashTableCreator(KVCreator):
     """TFRA's default CPU table: here, a ps_toolkit dynamic table (TensorFlow's MutableHashTable per shard)."""
+
+
+def variables_of_graph(graph=None) -> dict:
+    """{name: Variable} of the Variables made in ``graph`` (default: the default graph)."""
+    graph = graph or tf.compat.v1.get_default_graph()
+    return _VARIABLES_BY_GRAPH.setdefault(graph, {})
 
 
 def _check_dtypes(key_dtype, value_dtype) -> tuple[tf.DType, tf.DType]:
@@ -128,6 +138,7 @@ class Variable:
         self.devices = [device or "" for device in self.table.devices]
         self.shard_num = self.table.num_shards
         self._restrict_policy = restrict.make_policy(restrict_policy, self)
+        variables_of_graph()[name] = self
 
     @property
     def restrict_policy(self):
@@ -211,7 +222,7 @@ def get_variable(
     errors.require_graph_mode("dynamic_embedding.get_variable")
     scope = tf.compat.v1.get_variable_scope()
     full_name = f"{scope.name}/{name}" if scope.name and not short_file_name else name
-    existing = {variable.name: variable for variable in tf.compat.v1.get_collection(VARIABLES)}
+    existing = variables_of_graph()
     if full_name in existing:
         if scope.reuse is False or scope.reuse is None:
             raise errors.TfraValueError(
@@ -236,5 +247,4 @@ def get_variable(
         bp_v2=bp_v2,
         short_file_name=short_file_name,
     )
-    tf.compat.v1.add_to_collection(VARIABLES, variable)
     return variable
