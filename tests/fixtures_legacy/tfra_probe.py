@@ -1,6 +1,6 @@
 """TFRA's graph-mode behaviour, probed in one process through run_legacy.py; prints one JSON line per check.
 
-    python scripts/run_legacy.py tests/fixtures_legacy/tfra_probe.py CHECK
+    python scripts/run_legacy.py tests/fixtures_legacy/tfra_probe.py CHECK [CHECK...]
 
 Each check builds its own graph and local session, the way TFRA's own kernel
 tests do, and prints ``{"check": CHECK, ...}`` with what it measured; the test
@@ -177,20 +177,25 @@ def restrict():
 
 @check
 def inference_mode():
-    de.enable_inference_mode()
+    """A row trained in train mode, then read in inference mode with an id never seen: nothing is inserted."""
     var = de.get_variable("inf", dim=2, initializer=tf.keras.initializers.Zeros())
-    rows, trainable = de.embedding_lookup(var, tf.constant([1, 2], tf.int64), return_trainable=True)
+    rows = de.embedding_lookup(var, tf.constant([1, 2], tf.int64))
+    optimizer = de.DynamicEmbeddingOptimizer(tf.train.GradientDescentOptimizer(1.0))
+    train_op = optimizer.minimize(tf.reduce_sum(rows), global_step=tf.train.get_or_create_global_step())
+    de.enable_inference_mode()
+    read, trainable = de.embedding_lookup(var, tf.constant([1, 3], tf.int64), return_trainable=True, name="serve")
+    mode = de.get_model_mode()
+    de.enable_train_mode()
     with tf.Session() as session:
         session.run(tf.global_variables_initializer())
-        session.run(rows)
+        session.run(train_op)
+        values = session.run(read)
         size = session.run(var.size())
-    return {"mode": de.get_model_mode(), "size": int(size), "rows": session_free(rows)}
-
-
-def session_free(tensor):
-    return tensor.shape.as_list()
+    return {"mode": mode, "wrapper_mode": trainable.model_mode, "size": int(size), "rows": values.tolist()}
 
 
 if __name__ == "__main__":
-    name = sys.argv[1]
-    print(json.dumps({"check": name, **CHECKS[name]()}, default=lambda value: np.asarray(value).tolist()), flush=True)
+    for name in sys.argv[1:]:
+        with tf.Graph().as_default():
+            out = CHECKS[name]()
+        print(json.dumps({"check": name, **out}, default=lambda value: np.asarray(value).tolist()), flush=True)
