@@ -135,6 +135,80 @@ def partitioned_full_shape(slices) -> list[int]:
     return list(getattr(slices[0], _SAVE_SLICE_INFO).full_shape)
 
 
+# --- Dynamic embedding tables (their saveables, the optimizers' hyperparameters) ----------------------------------
+
+_TABLE_SAVING = "ps_toolkit/dynamic_embedding/saving.py"
+_ROW_RULES = "ps_toolkit/dynamic_embedding/row_rules.py"
+_SAVEABLE_OBJECT_MODULE = "tensorflow.python.training.saving.saveable_object"
+_use(
+    _SAVEABLE_OBJECT_MODULE,
+    "SaveableObject",
+    _TABLE_SAVING,
+    "tf.compat.v1.train.Saver saves a hash table shard only through a SaveableObject; none is public",
+)
+_use(_SAVEABLE_OBJECT_MODULE, "SaveSpec", _TABLE_SAVING, "the tensors a SaveableObject saves, under their names")
+
+_TRAIN = "tensorflow.python.training"
+# (optimizer class, {hyperparameter: attribute}); a TF1 optimizer keeps its constructor's arguments only in these.
+_OPTIMIZER_FIELDS = (
+    (f"{_TRAIN}.gradient_descent.GradientDescentOptimizer", {"learning_rate": "_learning_rate"}),
+    (
+        f"{_TRAIN}.momentum.MomentumOptimizer",
+        {"learning_rate": "_learning_rate", "momentum": "_momentum", "use_nesterov": "_use_nesterov"},
+    ),
+    (
+        f"{_TRAIN}.adagrad.AdagradOptimizer",
+        {"learning_rate": "_learning_rate", "initial_accumulator_value": "_initial_accumulator_value"},
+    ),
+    (
+        f"{_TRAIN}.adam.AdamOptimizer",
+        {"learning_rate": "_lr", "beta1": "_beta1", "beta2": "_beta2", "epsilon": "_epsilon"},
+    ),
+    (
+        f"{_TRAIN}.ftrl.FtrlOptimizer",
+        {
+            "learning_rate": "_learning_rate",
+            "learning_rate_power": "_learning_rate_power",
+            "initial_accumulator_value": "_initial_accumulator_value",
+            "l1": "_l1_regularization_strength",
+            "l2": "_l2_regularization_strength",
+            "l2_shrinkage": "_l2_shrinkage_regularization_strength",
+            "beta": "_beta",
+        },
+    ),
+    (
+        f"{_TRAIN}.rmsprop.RMSPropOptimizer",
+        {
+            "learning_rate": "_learning_rate",
+            "decay": "_decay",
+            "momentum": "_momentum",
+            "epsilon": "_epsilon",
+            "centered": "_centered",
+        },
+    ),
+)
+for _owner, _fields in _OPTIMIZER_FIELDS:
+    for _attribute in _fields.values():
+        _use(_owner, _attribute, _ROW_RULES, "a TF1 optimizer's hyperparameter, which it exposes no other way")
+
+
+def saveable_classes() -> tuple[type, type]:
+    """(SaveableObject, SaveSpec): what tf.compat.v1.train.Saver saves besides variables."""
+    from tensorflow.python.training.saving import saveable_object
+
+    return saveable_object.SaveableObject, saveable_object.SaveSpec
+
+
+def optimizer_hyperparameters(optimizer) -> tuple[str, dict] | None:
+    """(the optimizer class's name, {hyperparameter: value}) for a TF1 optimizer the tables can apply; else None."""
+    for owner, fields in _OPTIMIZER_FIELDS:
+        module_name, class_name = owner.rsplit(".", 1)
+        cls = getattr(sys.modules.get(module_name), class_name, None)
+        if cls is not None and isinstance(optimizer, cls):
+            return class_name, {field: getattr(optimizer, attribute) for field, attribute in fields.items()}
+    return None
+
+
 # --- CheckpointSaverHook (the chief's saving hooks) --------------------------------------------------------------
 
 _SET_STEPS_PER_RUN = _use(

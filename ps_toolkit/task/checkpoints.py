@@ -20,6 +20,7 @@ import uuid
 
 import tensorflow as tf
 
+from ps_toolkit import dynamic_embedding
 from ps_toolkit.base import paths, tf_internals
 from ps_toolkit.base.errors import ConfigError
 from ps_toolkit.cluster.config import PS, ClusterConfig
@@ -123,10 +124,11 @@ def prepare_checkpoint_dir(checkpoint_dir: str) -> str | None:
     return prefix
 
 
-def check_model_matches_checkpoint(checkpoint_dir: str, variables) -> int | None:
+def check_model_matches_checkpoint(checkpoint_dir: str, variables, tables=()) -> int | None:
     """Refuses a checkpoint the model cannot restore; says which step a run resumes from.
 
-    ``variables`` are the graph's saveable variables (``tf.compat.v1.global_variables()``).
+    ``variables`` are the graph's saveable variables (``tf.compat.v1.global_variables()``),
+    ``tables`` its dynamic tables (their rows' dim is checked, whatever the number of shards).
     The newest checkpoint in ``checkpoint_dir`` must hold exactly the model's
     variables with the model's shapes: otherwise ConfigError names the first
     difference (in name order) and the folder, before any session is created.
@@ -140,7 +142,8 @@ def check_model_matches_checkpoint(checkpoint_dir: str, variables) -> int | None
     # Keys starting with "_" are TensorFlow's bookkeeping (the object graph), not variables.
     saved = {name: list(shape) for name, shape in reader.get_variable_to_shape_map().items() if name[:1] != "_"}
     expected = _saveable_shapes(variables)
-    differences = []
+    differences, table_keys = dynamic_embedding.checkpoint_differences(saved, tables)
+    saved = {name: shape for name, shape in saved.items() if name not in table_keys}
     for name in sorted(set(saved) | set(expected)):
         if name not in saved:
             differences.append(f"the model's variable {name} {expected[name]} is not in the checkpoint")

@@ -15,6 +15,7 @@ from collections.abc import Callable
 
 import tensorflow as tf
 
+from ps_toolkit import dynamic_embedding
 from ps_toolkit.base.errors import ConfigError
 from ps_toolkit.cluster.config import ClusterConfig
 from ps_toolkit.task import checkpoints, step_guard
@@ -129,10 +130,15 @@ def train(
     with tf.Graph().as_default():
         graph = replica_graph.build(cluster, config, definition)
         if cluster.is_chief and config.checkpoint_dir:  # a checkpoint of another model: exit 2 now, said in one line
-            checkpoints.check_model_matches_checkpoint(config.checkpoint_dir, tf.compat.v1.global_variables())
+            checkpoints.check_model_matches_checkpoint(
+                config.checkpoint_dir, tf.compat.v1.global_variables(), dynamic_embedding.tables_of_graph()
+            )
         if callable(target):
             target = target()
         progress = _progress_hook(cluster, config, graph, on_progress)
+        maintenance = next((h for h in graph.hooks if isinstance(h, dynamic_embedding.TableMaintenanceHook)), None)
+        if maintenance is not None:
+            progress.add_fields(maintenance.progress_fields)
         evaluation = _final_evaluation(cluster, config, definition, graph, target, session_config)
         hooks = _hooks(cluster, config, graph, progress, evaluation)
         _run_session(cluster, target, config, graph, hooks, progress, session_config)
@@ -141,6 +147,7 @@ def train(
         metrics = evaluation.metrics if evaluation else None
         if cluster.is_chief and metrics and config.checkpoint_dir:
             _write_eval_summary(config.checkpoint_dir, progress.last_global_step, metrics)
+    tables = {"tables": maintenance.result()} if maintenance is not None else {}
     return {
         "job": cluster.task_type,
         "task": cluster.task_index,
@@ -151,6 +158,7 @@ def train(
         "eval": metrics,
         "test_accuracy": (metrics or {}).get("accuracy"),
         "seconds": round(time.monotonic() - started, 3),
+        **tables,
     }
 
 

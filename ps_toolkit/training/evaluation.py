@@ -19,6 +19,7 @@ import time
 
 import tensorflow as tf
 
+from ps_toolkit import dynamic_embedding
 from ps_toolkit.base.errors import ConfigError, RetryableError
 from ps_toolkit.cluster.config import ClusterConfig
 from ps_toolkit.placement.strategies import VARIABLE_OPS
@@ -105,6 +106,7 @@ class FinalEvaluationHook(tf.compat.v1.train.SessionRunHook):
         self._definition, self._target, self._device = definition, target, device
         self._partitioner, self._session_config, self._max_batches = partitioner, session_config, max_batches
         self._variable_devices: dict[str, str] = {}
+        self._table_devices = None
         self._built: tuple | None = None  # (graph, EvalGraph, initializer of the variables made here)
         self.metrics: dict | None = None
 
@@ -113,6 +115,9 @@ class FinalEvaluationHook(tf.compat.v1.train.SessionRunHook):
         # variables of the same names, placed on a ps by the device setter; shared there,
         # every replica's evaluation would count into the same totals.
         self._variable_devices = {v.op.name: v.device for v in tf.compat.v1.global_variables()}
+        # The training graph's dynamic tables are read where they live, shard by shard.
+        tables = dynamic_embedding.tables_of_graph()
+        self._table_devices = tables[0].devices if tables else None
 
     def after_run(self, run_context, run_values):
         if self._built is None:
@@ -126,7 +131,11 @@ class FinalEvaluationHook(tf.compat.v1.train.SessionRunHook):
 
     def _build(self) -> tuple:
         graph = tf.Graph()
-        with graph.as_default(), tf.compat.v1.device(self._place):
+        with (
+            graph.as_default(),
+            tf.compat.v1.device(self._place),
+            dynamic_embedding.shard_devices(self._table_devices or [None]),
+        ):
             tf.compat.v1.train.get_or_create_global_step()
             eval_graph = build_eval_graph(self._definition, self._partitioner)
             own = [v for v in tf.compat.v1.global_variables() if v.op.name not in self._variable_devices]

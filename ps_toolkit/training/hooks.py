@@ -53,6 +53,7 @@ class ProgressHook(tf.compat.v1.train.SessionRunHook):
         self._job, self._task = job, task
         self._every_secs = every_secs
         self._listeners = []
+        self._field_sources = []
         self.local_steps = 0
         self.first_loss = None
         self.last_loss = None
@@ -60,6 +61,10 @@ class ProgressHook(tf.compat.v1.train.SessionRunHook):
 
     def add_listener(self, listener) -> None:
         self._listeners.append(listener)
+
+    def add_fields(self, source) -> None:
+        """``source()`` returns a dict of fields each progress line adds (read when the line is printed)."""
+        self._field_sources.append(source)
 
     def after_create_session(self, session, coord):
         self.last_global_step = int(session.run(self._global_step))
@@ -109,6 +114,8 @@ class ProgressHook(tf.compat.v1.train.SessionRunHook):
             "steps_per_sec": round(rate, 2),
             "time": round(time.time(), 3),
         }
+        for source in self._field_sources:
+            record.update(source())
         print(PROGRESS_PREFIX + json.dumps(record), flush=True)
 
 

@@ -25,6 +25,7 @@ import logging
 
 import tensorflow as tf
 
+from ps_toolkit import dynamic_embedding
 from ps_toolkit.base.errors import ConfigError
 from ps_toolkit.cluster.config import ClusterConfig
 from ps_toolkit.placement import near_weights, strategies
@@ -37,6 +38,8 @@ from ps_toolkit.training.model_calls import call_model_fn
 from ps_toolkit.training.sync_replicas import PerReplicaSyncOptimizer
 
 log = logging.getLogger(__name__)
+# The chief evicts from and measures the dynamic tables this many times over a run (and at its end).
+TABLE_MAINTENANCE_RUNS = 20
 
 
 @dataclasses.dataclass
@@ -62,7 +65,11 @@ def build(cluster: ClusterConfig, config: TrainConfig, definition: ModelDefiniti
         global_step = tf.compat.v1.train.get_or_create_global_step()
     next_batch, input_hook = train_batches(cluster, config, definition)
     hooks = [input_hook]
-    with tf.compat.v1.device(device_fn), near_weights.rule_in_effect(runs_near):
+    with (
+        tf.compat.v1.device(device_fn),
+        near_weights.rule_in_effect(runs_near),
+        dynamic_embedding.shard_devices(ps_devices(cluster)),
+    ):
         first = call_model_fn(definition, *next_batch(), ModeKeys.TRAIN, partitioner=partitioner)
         hooks += first.training_hooks
         if first.train_op is not None:
@@ -71,6 +78,9 @@ def build(cluster: ClusterConfig, config: TrainConfig, definition: ModelDefiniti
         else:
             learning_rate = config.learning_rate_for(definition.default_learning_rates)
             optimizer = optimizers.make(config.optimizer, learning_rate)
+            if dynamic_embedding.tables_of_graph():
+                # The model_fn made dynamic tables: the same optimizer trains their rows on their shards.
+                optimizer = dynamic_embedding.TableOptimizer(optimizer)
             trained, sparse = _trained_variables(definition, optimizer, first.loss, config)
 
             def loss_fn(custom_getter=None):
@@ -90,6 +100,10 @@ def build(cluster: ClusterConfig, config: TrainConfig, definition: ModelDefiniti
             step = _StepBuilder(cluster, config, global_step, optimizer, loss_fn, trained, sparse, hooks)
             train_op, loss, multi_step = step.build()
         tf.compat.v1.summary.scalar("loss", loss)
+    tables = dynamic_embedding.tables_of_graph()
+    if tables and cluster.is_chief:
+        every = max(1, config.train_steps // TABLE_MAINTENANCE_RUNS)
+        hooks.append(dynamic_embedding.TableMaintenanceHook(tables, every, summary_dir=config.checkpoint_dir))
     if cluster.is_chief:
         strategies.log_placement_report(strategies.placement_report(num_ps=cluster.num_ps), log)
     scaffold = tf.compat.v1.train.Scaffold(
@@ -97,6 +111,11 @@ def build(cluster: ClusterConfig, config: TrainConfig, definition: ModelDefiniti
         ready_for_local_init_op=_ready_for_local_init(cluster, hooks),
     )
     return TrainGraph(global_step, train_op, loss, hooks, scaffold, partitioner, multi_step, learning_rate)
+
+
+def ps_devices(cluster: ClusterConfig) -> list[str] | None:
+    """The ps devices a dynamic table is sharded over (None: no ps, one local shard)."""
+    return [f"/job:ps/task:{index}" for index in range(cluster.num_ps)] or None
 
 
 def _near_rule(cluster: ClusterConfig, config: TrainConfig, *, partitioned: bool):
@@ -136,14 +155,21 @@ def _trained_variables(definition: ModelDefinition, optimizer, loss, config: Tra
     accumulator for it.
     """
     pairs = optimizer.compute_gradients(loss, var_list=tf.compat.v1.trainable_variables())
-    trained = [var for grad, var in pairs if grad is not None]
-    if not trained:
+    trained = [var for grad, var in pairs if grad is not None and not dynamic_embedding.is_table_rows(var)]
+    if not trained and not pairs:
         raise ConfigError(f"the loss of {definition.name} depends on no trainable variable: nothing to train")
     sparse = frozenset(
         var.name
         for grad, var in pairs
-        if isinstance(grad, tf.IndexedSlices) and not (config.packed_transfers and packed_transfer.packs(var))
+        if isinstance(grad, tf.IndexedSlices)
+        and not dynamic_embedding.is_table_rows(var)
+        and not (config.packed_transfers and packed_transfer.packs(var))
     )
+    if dynamic_embedding.tables_of_graph() and config.sync_replicas and config.steps_per_run > 1:
+        raise ConfigError(
+            f"{definition.name} uses dynamic tables, which sync training does not run in the in-graph loop yet; "
+            "give --steps_per_run=1 with --sync_replicas"
+        )
     if config.steps_per_run > 1 and not config.sync_replicas:
         # Slots (Adagrad's accumulators, Adam's moments) cannot be created inside the
         # loop's body; this unrun update creates them here, beside their variables.
@@ -167,7 +193,9 @@ class _StepBuilder:
             run = self._sync_multi_step()
         elif config.steps_per_run > 1:
             step = multi_step.apply_step_fn(self._optimizer, self._global_step, self._loss_and_gradients)
-            run = multi_step.multi_step(step, config.steps_per_run, tf1_loop=bool(self._sparse_names))
+            # Dynamic tables' lookups and updates run on the ps, which only TF1 control flow allows in a loop.
+            tf1_loop = bool(self._sparse_names) or bool(dynamic_embedding.tables_of_graph())
+            run = multi_step.multi_step(step, config.steps_per_run, tf1_loop=tf1_loop)
         else:
             train_op, loss = self._single_step()
             return train_op, loss, None
@@ -176,7 +204,10 @@ class _StepBuilder:
     def _loss_and_gradients(self) -> tuple:
         """The training loss and its (gradient, variable) pairs, moved packed unless every layer runs on the ps."""
         if self._config.packed_transfers:
-            return packed_transfer.loss_and_gradients(self._loss_fn, self._variables)
+            loss, pairs = packed_transfer.loss_and_gradients(self._loss_fn, self._variables)
+            if isinstance(self._optimizer, dynamic_embedding.TableOptimizer):
+                pairs = pairs + self._optimizer.table_gradients(loss)
+            return loss, pairs
         loss = self._loss_fn()
         # A layer run beside its weights keeps its backward pass there too.
         colocate = self._config.compute_near_weights != "none"
@@ -188,6 +219,8 @@ class _StepBuilder:
         if not self._config.sync_replicas:
             return self._optimizer.apply_gradients(grads_and_vars, global_step=self._global_step), loss
         sync_optimizer = self._sync_optimizer()
+        # A dynamic table's gradient is aggregated per shard, keyed by id (no-op without tables).
+        grads_and_vars = dynamic_embedding.sync_gradients(grads_and_vars)
         train_op = sync_optimizer.apply_gradients(grads_and_vars, global_step=self._global_step)
         self._add_sync_hooks(sync_optimizer)
         return train_op, loss

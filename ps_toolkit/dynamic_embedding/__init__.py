@@ -1,0 +1,40 @@
+"""Dynamic embedding tables on core TensorFlow: id -> row hash tables sharded over the ps, trained, saved, served.
+
+Public API (see docs/dynamic_embedding.md):
+
+    table = dynamic_embedding.get_table("user", dim=16)           # in a model_fn; sharded over every ps
+    rows = dynamic_embedding.lookup(table, ids)                     # ids of any shape -> ids.shape + [16]
+    vectors = dynamic_embedding.lookup_sparse(table, sp_ids, combiner="mean")
+    table.size()                                                    # rows over all shards (int64 tensor)
+
+A model_fn that returns a loss trains its tables with the toolkit's
+``--optimizer``; one that builds its own train_op wraps its optimizer in
+``TableOptimizer``.
+"""
+
+from ps_toolkit.dynamic_embedding.initial_rows import InitialRows
+from ps_toolkit.dynamic_embedding.keys import KEY_DTYPES, NUM_SAVE_BUCKETS
+from ps_toolkit.dynamic_embedding.lookups import COMBINERS, lookup, lookup_sparse
+from ps_toolkit.dynamic_embedding.maintenance import TableMaintenanceHook
+from ps_toolkit.dynamic_embedding.optimizer import TableOptimizer, is_table_rows, sync_gradients, table_gradients
+from ps_toolkit.dynamic_embedding.saving import checkpoint_differences
+from ps_toolkit.dynamic_embedding.table import DynamicTable, get_table, shard_devices, tables_of_graph
+
+__all__ = [
+    "COMBINERS",
+    "KEY_DTYPES",
+    "NUM_SAVE_BUCKETS",
+    "DynamicTable",
+    "InitialRows",
+    "TableMaintenanceHook",
+    "TableOptimizer",
+    "checkpoint_differences",
+    "get_table",
+    "is_table_rows",
+    "lookup",
+    "lookup_sparse",
+    "shard_devices",
+    "sync_gradients",
+    "table_gradients",
+    "tables_of_graph",
+]

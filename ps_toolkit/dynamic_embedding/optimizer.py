@@ -1,0 +1,157 @@
+"""Training the tables: the gradient of a loss with respect to its lookups' rows, and an optimizer that applies it.
+
+``TableOptimizer(optimizer)`` wraps a ``tf.compat.v1.train`` optimizer: its
+``compute_gradients`` adds one (gradient, ``TableRows``) pair per lookup the
+loss depends on, its ``apply_gradients`` hands the variables' pairs to the
+wrapped optimizer and applies the tables' pairs shard by shard on the ps
+(``apply.apply_table``), with the wrapped optimizer's formulas and slots kept
+in the shard. The toolkit wraps its ``--optimizer`` this way when a model_fn
+made tables; a model_fn with its own train_op wraps its optimizer itself.
+
+Example:
+    optimizer = dynamic_embedding.TableOptimizer(tf.compat.v1.train.AdagradOptimizer(0.1))
+    train_op = optimizer.minimize(loss, global_step=tf.compat.v1.train.get_or_create_global_step())
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import tensorflow as tf
+
+from ps_toolkit.dynamic_embedding import apply, lookups, row_rules, sync_pairs
+from ps_toolkit.dynamic_embedding.lookups import LookupRecord
+from ps_toolkit.dynamic_embedding.sync_pairs import ShardRows
+
+
+@dataclasses.dataclass(frozen=True)
+class TableRows:
+    """The 'variable' of a table's gradient pair: the unique rows one lookup read."""
+
+    record: LookupRecord
+
+    @property
+    def name(self) -> str:
+        return self.record.rows.name
+
+    @property
+    def table(self):
+        return self.record.table
+
+
+def is_table_rows(variable) -> bool:
+    """Whether a (gradient, variable) pair's variable stands for a table's rows (a lookup's, or a shard's in sync)."""
+    return isinstance(variable, TableRows | ShardRows)
+
+
+def sync_gradients(grads_and_vars) -> list:
+    """The pairs with each table's lookups merged and split by shard, as the sync accumulators take them."""
+    grads_and_vars = list(grads_and_vars)
+    tables = [(g, v) for g, v in grads_and_vars if isinstance(v, TableRows) and g is not None]
+    pairs = [(g, v) for g, v in grads_and_vars if not isinstance(v, TableRows)]
+    for records in _by_table(tables).values():
+        ids, grads, counts = apply.merged(records)
+        pairs += sync_pairs.per_shard_pairs(records[0][0].table, ids, grads, counts)
+    return pairs
+
+
+def _by_table(pairs) -> dict:
+    by_table = {}
+    for gradient, rows in pairs:
+        by_table.setdefault(rows.table.name, []).append((rows.record, gradient))
+    return by_table
+
+
+def table_gradients(loss: tf.Tensor) -> list[tuple[tf.Tensor, TableRows]]:
+    """(gradient summed per unique id, TableRows) for each lookup of the default graph that ``loss`` depends on."""
+    reachable = _ops_reaching(loss)
+    records = [record for record in lookups.records_of_graph() if record.rows.op in reachable]
+    if not records:
+        return []
+    gradients = tf.gradients(loss, [record.rows for record in records])
+    return [
+        (apply.summed_gradient(gradient, tf.shape(record.rows)[0]), TableRows(record))
+        for gradient, record in zip(gradients, records, strict=True)
+        if gradient is not None
+    ]
+
+
+class TableOptimizer:
+    """A TF1 optimizer that also trains the dynamic tables its loss looked up.
+
+    Args:
+        optimizer: a ``tf.compat.v1.train`` GradientDescent, Momentum, Adagrad, Adam, Ftrl or
+            RMSProp optimizer; it updates the variables, and its formulas update the rows.
+
+    Raises:
+        ConfigError: (when a table is first applied) an optimizer the tables cannot apply.
+    """
+
+    def __init__(self, optimizer):
+        self.optimizer = optimizer
+        self._rule = None
+
+    def __getattr__(self, name):
+        # Everything else (get_slot, get_name, variables...) is the wrapped optimizer's.
+        return getattr(self.optimizer, name)
+
+    @property
+    def rule(self) -> row_rules.RowRule:
+        if self._rule is None:
+            self._rule = row_rules.rule_for(self.optimizer)
+        return self._rule
+
+    def compute_gradients(self, loss, var_list=None, **kwargs) -> list:
+        """The wrapped optimizer's pairs for the variables (``var_list``'s, less any TableRows), then the tables'."""
+        variables = None if var_list is None else [v for v in var_list if not is_table_rows(v)]
+        trainable = variables if variables is not None else tf.compat.v1.trainable_variables()
+        pairs = self.optimizer.compute_gradients(loss, var_list=variables, **kwargs) if trainable else []
+        return list(pairs) + self.table_gradients(loss)
+
+    def table_gradients(self, loss) -> list:
+        return table_gradients(loss)
+
+    def apply_gradients(self, grads_and_vars, global_step=None, name=None) -> tf.Operation:
+        """Applies the variables' pairs with the wrapped optimizer and the tables' on their shards."""
+        grads_and_vars = list(grads_and_vars)
+        tables = [(g, v) for g, v in grads_and_vars if is_table_rows(v) and g is not None]
+        dense = [(g, v) for g, v in grads_and_vars if not is_table_rows(v)]
+        step = global_step if global_step is not None else tf.compat.v1.train.get_global_step()
+        with tf.name_scope(name or "apply_tables"):
+            updates = self.table_updates(tables, step)
+        if dense:
+            with tf.control_dependencies(updates):
+                return self.optimizer.apply_gradients(dense, global_step=global_step, name=name)
+        with tf.control_dependencies(updates):
+            if global_step is None:
+                return tf.no_op()
+            return tf.compat.v1.assign_add(global_step, 1).op
+
+    def table_updates(self, pairs, global_step) -> list:
+        """The ops applying (gradient, TableRows) pairs, one per table (its lookups merged by id)."""
+        updates = []
+        for records in _by_table([(g, v) for g, v in pairs if isinstance(v, TableRows)]).values():
+            ids, grads, counts = apply.merged(records)
+            updates.append(apply.apply_table(records[0][0].table, self.rule, ids, grads, counts, global_step))
+        for mean, rows in [(g, v) for g, v in pairs if isinstance(v, ShardRows)]:
+            # The sync accumulators' mean of the replicas' [gradient, count] rows, by id, for one shard.
+            grads, counts = sync_pairs.split_values(rows.shard.table, mean.values)
+            step = tf.cast(global_step, tf.int64) if global_step is not None else tf.constant(0, tf.int64)
+            updates.append(apply.apply_shard(rows.shard, self.rule, mean.indices, grads, counts, step))
+        return updates
+
+    def minimize(self, loss, global_step=None, var_list=None, name=None, **kwargs) -> tf.Operation:
+        return self.apply_gradients(self.compute_gradients(loss, var_list, **kwargs), global_step, name)
+
+
+def _ops_reaching(tensor: tf.Tensor) -> set:
+    """Every op ``tensor`` depends on (through data and control inputs)."""
+    seen, stack = set(), [tensor.op]
+    while stack:
+        op = stack.pop()
+        if op in seen:
+            continue
+        seen.add(op)
+        stack.extend(t.op for t in op.inputs)
+        stack.extend(op.control_inputs)
+    return seen

@@ -1,0 +1,136 @@
+"""The update each TF1 optimizer makes to a table's rows, as TensorFlow's sparse apply ops make it to touched rows.
+
+A ``RowRule`` knows an optimizer's slots (name, initial value) and computes
+the new rows and slots of the ids a step touched from their current values
+and their summed gradient: the formulas of ``ResourceSparseApply*`` (lazy:
+rows not touched keep their slots as they are, as Adam's own sparse update
+does not; for a row touched at every step the two agree).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable
+
+import tensorflow as tf
+
+from ps_toolkit.base import tf_internals
+from ps_toolkit.base.errors import ConfigError
+
+SUPPORTED = "GradientDescent, Momentum, Adagrad, Adam, Ftrl, RMSProp (tf.compat.v1.train)"
+
+
+@dataclasses.dataclass(frozen=True)
+class RowRule:
+    """An optimizer's row update: ``update(rows, slots, grads, step) -> (rows, slots)``; ``slots``: name -> initial."""
+
+    name: str
+    slots: dict
+    update: Callable
+
+
+def rule_for(optimizer) -> RowRule:
+    """The RowRule of a ``tf.compat.v1.train`` optimizer; a ConfigError naming any other."""
+    found = tf_internals.optimizer_hyperparameters(optimizer)
+    if found is None:
+        raise ConfigError(f"dynamic tables cannot be trained by {type(optimizer).__name__}; supported: {SUPPORTED}")
+    class_name, hyper = found
+    return _MAKERS[class_name](hyper)
+
+
+def _value(value, dtype) -> tf.Tensor:
+    return tf.cast(value() if callable(value) else value, dtype)
+
+
+def _sgd(hyper) -> RowRule:
+    def update(rows, slots, grads, step):
+        return rows - _value(hyper["learning_rate"], rows.dtype) * grads, {}
+
+    return RowRule("sgd", {}, update)
+
+
+def _momentum(hyper) -> RowRule:
+    def update(rows, slots, grads, step):
+        lr, momentum = _value(hyper["learning_rate"], rows.dtype), _value(hyper["momentum"], rows.dtype)
+        accum = slots["momentum"] * momentum + grads
+        if hyper["use_nesterov"]:
+            return rows - lr * grads - lr * momentum * accum, {"momentum": accum}
+        return rows - lr * accum, {"momentum": accum}
+
+    return RowRule("momentum", {"momentum": 0.0}, update)
+
+
+def _adagrad(hyper) -> RowRule:
+    def update(rows, slots, grads, step):
+        accum = slots["accumulator"] + grads * grads
+        return rows - _value(hyper["learning_rate"], rows.dtype) * grads * tf.math.rsqrt(accum), {"accumulator": accum}
+
+    return RowRule("adagrad", {"accumulator": float(hyper["initial_accumulator_value"])}, update)
+
+
+def _adam(hyper) -> RowRule:
+    def update(rows, slots, grads, step):
+        dtype = rows.dtype
+        beta1, beta2 = _value(hyper["beta1"], dtype), _value(hyper["beta2"], dtype)
+        # TF's Adam counts its applies in beta powers; here the global step does (t = step + 1).
+        t = tf.cast(step + 1, dtype)
+        lr = _value(hyper["learning_rate"], dtype) * tf.sqrt(1 - tf.pow(beta2, t)) / (1 - tf.pow(beta1, t))
+        m = slots["m"] * beta1 + (1 - beta1) * grads
+        v = slots["v"] * beta2 + (1 - beta2) * grads * grads
+        return rows - lr * m / (tf.sqrt(v) + _value(hyper["epsilon"], dtype)), {"m": m, "v": v}
+
+    return RowRule("adam", {"m": 0.0, "v": 0.0}, update)
+
+
+def _ftrl(hyper) -> RowRule:
+    if hyper["beta"] or hyper["l2_shrinkage"]:
+        raise ConfigError("dynamic tables train Ftrl without beta and l2_shrinkage_regularization_strength")
+
+    def update(rows, slots, grads, step):
+        dtype = rows.dtype
+        lr, power = _value(hyper["learning_rate"], dtype), _value(hyper["learning_rate_power"], dtype)
+        l1, l2 = _value(hyper["l1"], dtype), _value(hyper["l2"], dtype)
+        accum, linear = slots["accumulator"], slots["linear"]
+        new_accum = accum + grads * grads
+        sigma = (tf.pow(new_accum, -power) - tf.pow(accum, -power)) / lr
+        linear = linear + grads - sigma * rows
+        quadratic = tf.pow(new_accum, -power) / lr + 2 * l2
+        new_rows = tf.where(tf.abs(linear) > l1, (tf.sign(linear) * l1 - linear) / quadratic, tf.zeros_like(rows))
+        return new_rows, {"accumulator": new_accum, "linear": linear}
+
+    return RowRule("ftrl", {"accumulator": float(hyper["initial_accumulator_value"]), "linear": 0.0}, update)
+
+
+def _rmsprop(hyper) -> RowRule:
+    centered = bool(hyper["centered"])
+
+    def update(rows, slots, grads, step):
+        dtype = rows.dtype
+        decay, epsilon = _value(hyper["decay"], dtype), _value(hyper["epsilon"], dtype)
+        lr, momentum = _value(hyper["learning_rate"], dtype), _value(hyper["momentum"], dtype)
+        rms = decay * slots["rms"] + (1 - decay) * grads * grads
+        new = {"rms": rms}
+        denominator = rms
+        if centered:
+            mg = decay * slots["mg"] + (1 - decay) * grads
+            new["mg"] = mg
+            denominator = rms - mg * mg
+        mom = momentum * slots["momentum"] + lr * grads * tf.math.rsqrt(denominator + epsilon)
+        new["momentum"] = mom
+        return rows - mom, new
+
+    # TF1's RMSProp starts its mean square at 1, not 0.
+    slots = {"rms": 1.0, "momentum": 0.0}
+    if centered:
+        slots["mg"] = 0.0
+    return RowRule("rmsprop", slots, update)
+
+
+_MAKERS = {
+    "GradientDescentOptimizer": _sgd,
+    "MomentumOptimizer": _momentum,
+    "AdagradOptimizer": _adagrad,
+    "AdamOptimizer": _adam,
+    "FtrlOptimizer": _ftrl,
+    "RMSPropOptimizer": _rmsprop,
+}

@@ -1,0 +1,113 @@
+"""Tables in the chief's checkpoints: each shard's rows, meta and slots saved bucket by bucket, re-sharded on restore.
+
+Every hash table of a shard (rows, meta, each slot) is one SaveableObject of
+``tf.compat.v1.train.Saver``: on save the shard's ps exports its keys and
+values and splits them into the save buckets it owns
+(``keys.buckets_of_shard``), saved as ``<table>/<component>/bucket_NN/keys``
+and ``.../values``. Names do not depend on the number of ps, so a job with
+another number of ps (or the one-shard export graph) reads back the buckets
+its shards own: ids are re-sharded on restore. The restore replaces a
+shard's content whole and checks the row dim against the table's.
+"""
+
+from __future__ import annotations
+
+import re
+
+import tensorflow as tf
+
+from ps_toolkit.base import tf_internals
+from ps_toolkit.dynamic_embedding import keys
+from ps_toolkit.dynamic_embedding.hash_tables import HashTable, on_device
+
+_SaveableObject, _SaveSpec = tf_internals.saveable_classes()
+
+
+def register_saveables(table) -> None:
+    """Adds a saveable for each of ``table``'s hash tables, now and as slots are made, to SAVEABLE_OBJECTS."""
+
+    def add(shard, component, hash_table):
+        tf.compat.v1.add_to_collection(
+            tf.compat.v1.GraphKeys.SAVEABLE_OBJECTS, ShardComponentSaveable(shard, component, hash_table)
+        )
+
+    table.add_component_listener(add)
+
+
+def checkpoint_name(table_name: str, component: str, bucket: int, part: str) -> str:
+    """The checkpoint key of one bucket's keys or values."""
+    return f"{table_name}/{component}/bucket_{bucket:02d}/{part}"
+
+
+class ShardComponentSaveable(_SaveableObject):
+    """One hash table of one shard, saved as the save buckets the shard owns."""
+
+    def __init__(self, shard, component: str, hash_table: HashTable):
+        table = shard.table
+        self._hash_table, self._table_name, self._component = hash_table, table.name, component
+        self._dim_shape = hash_table.value_shape
+        owned = keys.buckets_of_shard(shard.index, table.num_shards)
+        with on_device(shard.device), tf.name_scope(f"save_{shard.prefix}_{component}".replace("/", "_")):
+            ids, values = hash_table.export()
+            # Every key of this shard is in one of its buckets, whose position among them is bucket // num_shards.
+            position = tf.math.floordiv(keys.save_bucket(keys.hash64(ids)), table.num_shards)
+            id_parts = tf.dynamic_partition(ids, position, len(owned))
+            value_parts = tf.dynamic_partition(values, position, len(owned))
+        specs = []
+        for bucket, id_part, value_part in zip(owned, id_parts, value_parts, strict=True):
+            specs.append(
+                _SaveSpec(id_part, "", checkpoint_name(table.name, component, bucket, "keys"), device=shard.device)
+            )
+            specs.append(
+                _SaveSpec(value_part, "", checkpoint_name(table.name, component, bucket, "values"), device=shard.device)
+            )
+        super().__init__(hash_table.handle, specs, f"{shard.prefix}/{component}")
+
+    def restore(self, restored_tensors, restored_shapes=None):
+        """Replaces the shard's content by the keys and values of its buckets."""
+        with on_device(self._hash_table.device):
+            ids = tf.concat(list(restored_tensors[0::2]), 0)
+            values = tf.concat(list(restored_tensors[1::2]), 0)
+            row_shape = tf.shape(values, out_type=tf.int64)[1:]
+            check = tf.debugging.assert_equal(
+                row_shape,
+                tf.constant(self._dim_shape.as_list(), tf.int64),
+                message=(
+                    f"dynamic table {self._table_name} {self._component}: the checkpoint holds values of another "
+                    f"shape than the table's {self._dim_shape.as_list()}"
+                ),
+            )
+            with tf.control_dependencies([check]):
+                return self._hash_table.replace(ids, values)
+
+
+_KEY = re.compile(r"^(?P<table>.+)/(?P<component>rows|meta|slot_[^/]+)/bucket_\d\d/(?P<part>keys|values)$")
+
+
+def checkpoint_differences(saved: dict, tables) -> tuple[list[str], set]:
+    """(differences between a checkpoint's tables and ``tables``, the checkpoint keys that are tables').
+
+    ``saved`` maps checkpoint keys to shapes. A difference is a table of the
+    model the checkpoint lacks, a table of the checkpoint the model lacks, or
+    rows (or slots) of another dim.
+    """
+    by_name = {table.name: table for table in tables}
+    differences, consumed, seen = [], set(), set()
+    for key, shape in sorted(saved.items()):
+        match = _KEY.match(key)
+        if not match:
+            continue
+        consumed.add(key)
+        name, component = match["table"], match["component"]
+        seen.add(name)
+        table = by_name.get(name)
+        if table is None:
+            differences.append(f"the checkpoint's dynamic table {name} is not in the model")
+        elif match["part"] == "values" and component != "meta" and list(shape[1:]) != [table.dim]:
+            differences.append(
+                f"dynamic table {name} has rows of dim {table.dim}; the checkpoint's {component} have {shape[1:]}"
+            )
+    differences += [
+        f"the model's dynamic table {name} is not in the checkpoint" for name in by_name if name not in seen
+    ]
+    return sorted(set(differences)), consumed

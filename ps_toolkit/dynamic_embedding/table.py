@@ -1,0 +1,232 @@
+"""A dynamic embedding table: id -> row, sharded over the ps by a hash of the id; created once per graph by name.
+
+Each shard holds, on its ps, hash tables keyed by id: the rows, the meta
+(int64 [count seen, global step last seen]), one table per optimizer slot
+(made when the optimizer first applies to the table) and two counters
+(admissions, evictions). A row exists only for an admitted id; an id with a
+meta entry but no row is still being counted towards admission.
+"""
+
+from __future__ import annotations
+
+import contextlib
+
+import tensorflow as tf
+
+from ps_toolkit.base.errors import ConfigError
+from ps_toolkit.dynamic_embedding import keys
+from ps_toolkit.dynamic_embedding.hash_tables import HashTable, on_device
+from ps_toolkit.dynamic_embedding.initial_rows import InitialRows
+
+TABLES = "ps_toolkit_dynamic_tables"
+_DEVICES = "ps_toolkit_dynamic_table_devices"
+VALUE_DTYPES = (tf.float32, tf.float64, tf.float16, tf.bfloat16)
+NEVER_SEEN = (0, -1)  # the meta of an id the shard does not know: seen 0 times, last at step -1
+STAT_ADMITTED, STAT_EVICTED = 0, 1
+
+
+@contextlib.contextmanager
+def shard_devices(devices):
+    """Tables created inside, without ``devices`` of their own, get one shard per device (the toolkit's ps)."""
+    graph = tf.compat.v1.get_default_graph()
+    stack = graph.get_collection_ref(_DEVICES)
+    stack.append(tuple(devices))
+    try:
+        yield
+    finally:
+        stack.pop()
+
+
+def default_devices() -> tuple:
+    """The shard devices in effect: the innermost ``shard_devices``, else one shard with no device."""
+    stack = tf.compat.v1.get_default_graph().get_collection(_DEVICES)
+    return stack[-1] if stack and stack[-1] else (None,)
+
+
+class TableShard:
+    """Shard ``index`` of a table: its hash tables on ``device``."""
+
+    def __init__(self, table: DynamicTable, index: int, device: str | None):
+        self.table, self.index, self.device = table, index, device
+        prefix = f"{table.name}/shard_{index}_of_{table.num_shards}"
+        self.prefix = prefix
+        self.rows = HashTable(f"{prefix}/rows", table.key_dtype, table.value_dtype, [table.dim], 0, device)
+        self.meta = HashTable(f"{prefix}/meta", table.key_dtype, tf.int64, [2], NEVER_SEEN, device)
+        self.stats = HashTable(f"{prefix}/stats", tf.int64, tf.int64, [1], 0, device)
+        self.slots: dict[str, HashTable] = {}
+        with on_device(device):
+            # A local variable on the shard's ps: a restarted ps has it uninitialized, so the session is not
+            # ready and the chief restores the checkpoint (tables included), as for a ps holding variables.
+            self.present = tf.compat.v1.Variable(
+                True,
+                trainable=False,
+                collections=[tf.compat.v1.GraphKeys.LOCAL_VARIABLES],
+                name=f"{prefix.split('/')[-1]}_present",
+            )
+
+    def slot(self, name: str) -> HashTable:
+        """The hash table of optimizer slot ``name`` (made on first use, beside the rows)."""
+        if name not in self.slots:
+            self.slots[name] = HashTable(
+                f"{self.prefix}/slot_{name}",
+                self.table.key_dtype,
+                self.table.value_dtype,
+                [self.table.dim],
+                0,
+                self.device,
+            )
+            self.table.on_new_component(self, f"slot_{name}", self.slots[name])
+        return self.slots[name]
+
+
+class DynamicTable:
+    """An id -> row table over the ps shards; get one with ``get_table``. Read it with ``lookup``."""
+
+    def __init__(
+        self,
+        name,
+        dim,
+        key_dtype,
+        value_dtype,
+        initializer,
+        admit_after,
+        evict_after_steps,
+        max_rows_per_shard,
+        devices,
+    ):
+        self.name, self.dim = name, dim
+        self.key_dtype, self.value_dtype = key_dtype, value_dtype
+        self.initializer = initializer
+        self.admit_after = admit_after
+        self.evict_after_steps, self.max_rows_per_shard = evict_after_steps, max_rows_per_shard
+        self.devices = tuple(devices)
+        self.num_shards = len(self.devices)
+        self._component_listeners = []
+        self.shards = [TableShard(self, i, device) for i, device in enumerate(self.devices)]
+
+    def on_new_component(self, shard: TableShard, component: str, hash_table: HashTable) -> None:
+        for listener in self._component_listeners:
+            listener(shard, component, hash_table)
+
+    def add_component_listener(self, listener) -> None:
+        """``listener(shard, component, hash_table)`` for every component: those there now, and slots to come."""
+        self._component_listeners.append(listener)
+        for shard in self.shards:
+            for component, hash_table in [("rows", shard.rows), ("meta", shard.meta)] + [
+                (f"slot_{n}", t) for n, t in shard.slots.items()
+            ]:
+                listener(shard, component, hash_table)
+
+    def initial_rows(self, ids: tf.Tensor) -> tf.Tensor:
+        return self.initializer.rows(ids, self.dim, self.value_dtype)
+
+    def size(self) -> tf.Tensor:
+        """The number of rows (admitted ids) over all shards: an int64 scalar."""
+        return tf.add_n([shard.rows.size() for shard in self.shards])
+
+    def shard_sizes(self) -> list[tf.Tensor]:
+        return [shard.rows.size() for shard in self.shards]
+
+    def stat(self, which: int) -> tf.Tensor:
+        """Admissions (STAT_ADMITTED) or evictions (STAT_EVICTED) over all shards since their ps started."""
+        key = tf.constant([which], tf.int64)
+        return tf.add_n([shard.stats.find(key)[0, 0] for shard in self.shards])
+
+    def __repr__(self):
+        return f"DynamicTable({self.name!r}, dim={self.dim}, key_dtype={self.key_dtype.name}, shards={self.num_shards})"
+
+
+def get_table(
+    name: str,
+    dim: int,
+    *,
+    key_dtype=tf.int64,
+    value_dtype=tf.float32,
+    initializer: InitialRows | None = None,
+    admit_after: int = 1,
+    evict_after_steps: int | None = None,
+    max_rows_per_shard: int | None = None,
+    devices=None,
+) -> DynamicTable:
+    """The dynamic table ``name`` (under the current variable scope), made on first call.
+
+    Args:
+        name: the table's name; with the variable scope it names the table in checkpoints.
+        dim: the length of each row (> 0).
+        key_dtype: tf.int64 or tf.string.
+        value_dtype: a float dtype.
+        initializer: the rows of ids never trained (``InitialRows``; default normal, stddev 0.05).
+        admit_after: an id gets a row (and is trained) once seen this many times in training
+            batches (>= 1; 1 admits every id at once).
+        evict_after_steps: ids not seen in the last this many global steps are evicted when the
+            chief's maintenance runs (None: never).
+        max_rows_per_shard: beyond this many rows in a shard, the least recently seen are evicted
+            when the maintenance runs (None: no limit).
+        devices: one shard per device; default: one per ps of the toolkit's cluster (one local
+            shard outside a cluster).
+
+    Returns:
+        The DynamicTable. In a variable scope with ``reuse`` on, the table made before under that
+        name (the toolkit calls a model_fn again with reuse to build its step).
+
+    Raises:
+        ConfigError: a key dtype other than int64 or string, a dim or threshold out of range, or
+            a name used twice without reuse, or reused with another dim or dtype.
+    """
+    scope = tf.compat.v1.get_variable_scope()
+    full_name = f"{scope.name}/{name}" if scope.name else name
+    key_dtype = keys.check_key_dtype(key_dtype, full_name)
+    value_dtype = tf.as_dtype(value_dtype)
+    if value_dtype not in VALUE_DTYPES:
+        raise ConfigError(f"dynamic table {full_name!r}: value dtype {value_dtype.name} is not a float dtype")
+    _check_positive_int(full_name, "dim", dim)
+    _check_positive_int(full_name, "admit_after", admit_after, "an admission threshold below 1 admits nothing")
+    for field, value in (("evict_after_steps", evict_after_steps), ("max_rows_per_shard", max_rows_per_shard)):
+        if value is not None:
+            _check_positive_int(full_name, field, value)
+    if initializer is not None and not isinstance(initializer, InitialRows):
+        raise ConfigError(f"dynamic table {full_name!r}: initializer {initializer!r} is not an InitialRows")
+    existing = {table.name: table for table in tf.compat.v1.get_collection(TABLES)}
+    if full_name in existing:
+        return _reused(existing[full_name], scope.reuse, dim, key_dtype, value_dtype)
+    table = DynamicTable(
+        full_name,
+        dim,
+        key_dtype,
+        value_dtype,
+        initializer or InitialRows(),
+        admit_after,
+        evict_after_steps,
+        max_rows_per_shard,
+        devices if devices is not None else default_devices(),
+    )
+    tf.compat.v1.add_to_collection(TABLES, table)
+    from ps_toolkit.dynamic_embedding import saving  # saving needs the table's class, not the other way
+
+    saving.register_saveables(table)
+    return table
+
+
+def tables_of_graph(graph=None) -> list[DynamicTable]:
+    """The dynamic tables made in ``graph`` (default: the default graph)."""
+    return (graph or tf.compat.v1.get_default_graph()).get_collection(TABLES)
+
+
+def _reused(table: DynamicTable, reuse, dim, key_dtype, value_dtype) -> DynamicTable:
+    if not reuse:
+        raise ConfigError(
+            f"dynamic table name {table.name!r} is used twice; give each table its own name "
+            "(or reuse it inside a variable scope with reuse=True)"
+        )
+    if (dim, key_dtype, value_dtype) != (table.dim, table.key_dtype, table.value_dtype):
+        raise ConfigError(
+            f"dynamic table {table.name!r} is reused with dim={dim}, {key_dtype.name} keys, {value_dtype.name} "
+            f"values; it was made with dim={table.dim}, {table.key_dtype.name}, {table.value_dtype.name}"
+        )
+    return table
+
+
+def _check_positive_int(table_name: str, field: str, value, why: str = "") -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        reason = f" ({why})" if why else ""
+        raise ConfigError(f"dynamic table {table_name!r}: {field}={value!r} must be an integer >= 1{reason}")
