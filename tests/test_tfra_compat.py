@@ -251,3 +251,33 @@ def test_tfra_estimator_script_trains_on_every_role_then_exports_a_model_tensorf
     # Ratings are user % 4 + movie % 3 (here 2 and 2); an id never trained reads a zero row.
     assert abs(known - 2.0) < 1.0 and abs(other - 2.0) < 1.0, out
     assert known != unknown and other != unknown, out
+
+
+def test_tfra_initializers_become_rows_that_depend_on_the_id_only():
+    import tensorflow as tf
+
+    from ps_toolkit_compat.tfra import initializers
+
+    ids = tf.range(20000, dtype=tf.int64)
+    normal = initializers.rows_for(tf.keras.initializers.RandomNormal(-1.0, 0.5), 4, "t").rows(ids, 4, tf.float32)
+    assert abs(float(tf.reduce_mean(normal)) + 1.0) < 0.02 and abs(float(tf.math.reduce_std(normal)) - 0.5) < 0.02
+    again = initializers.rows_for(tf.keras.initializers.RandomNormal(-1.0, 0.5), 4, "t").rows(ids[:5], 4, tf.float32)
+    assert np.array_equal(again.numpy(), normal.numpy()[:5])  # the same id, the same row
+    other_table = initializers.rows_for(tf.keras.initializers.RandomNormal(-1.0, 0.5), 4, "u").rows(
+        ids[:5], 4, tf.float32
+    )
+    assert not np.allclose(other_table.numpy(), normal.numpy()[:5])  # another table starts elsewhere
+    truncated = initializers.rows_for(tf.compat.v1.truncated_normal_initializer(0.0, 2.0), 3, "t").rows(
+        ids, 3, tf.float32
+    )
+    assert float(tf.reduce_max(tf.abs(truncated))) <= 4.0 + 1e-5 and float(tf.math.reduce_std(truncated)) > 1.5
+    uniform = initializers.rows_for(tf.keras.initializers.RandomUniform(2.0, 3.0), 2, "t").rows(ids, 2, tf.float32)
+    assert float(tf.reduce_min(uniform)) >= 2.0 and float(tf.reduce_max(uniform)) <= 3.0
+    vector = initializers.rows_for([1.0, 2.0, 3.0], 3, "t").rows(ids[:2], 3, tf.float32)
+    assert vector.numpy().tolist() == [[1.0, 2.0, 3.0], [1.0, 2.0, 3.0]]
+    assert initializers.rows_for(None, 2, "t").rows(ids[:1], 2, tf.float32).numpy().tolist() == [[0.0, 0.0]]
+    assert initializers.rows_for(tf.keras.initializers.Constant(7), 2, "t").rows(
+        ids[:1], 2, tf.float32
+    ).numpy().tolist() == [[7.0, 7.0]]
+    glorot = initializers.rows_for(tf.keras.initializers.GlorotUniform(), 2, "t").rows(ids[:3], 2, tf.float32)
+    assert glorot.shape == (3, 2)  # called per lookup, as TFRA did

@@ -11,6 +11,7 @@ TFRA did; its rows are then random per lookup, not per id.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import zlib
 
@@ -29,40 +30,46 @@ _CONSTANT = ("Constant",)
 _TRUNCATE_AT = 2.0  # TruncatedNormal redraws values beyond 2 stddev
 
 
-class ShiftedRows:
-    """``scale * base + shift`` of an id-seeded base draw, or a constant vector (``vector``)."""
+@dataclasses.dataclass(frozen=True)
+class ShiftedRows(InitialRows):
+    """``multiplier * draw + shift`` of the id-seeded draw of ``InitialRows``, or a constant ``vector``."""
 
-    def __init__(self, base: InitialRows | None, scale: float = 1.0, shift: float = 0.0, vector=None):
-        self.base, self.scale, self.shift, self.vector = base, scale, shift, vector
+    multiplier: float = 1.0
+    shift: float = 0.0
+    vector: tuple | None = None
 
     def rows(self, ids: tf.Tensor, dim: int, dtype: tf.DType) -> tf.Tensor:
         if self.vector is not None:
             return tf.tile(tf.constant(self.vector, dtype, shape=[1, dim]), tf.stack([tf.size(ids), 1]))
-        return tf.cast(self.base.rows(ids, dim, tf.float64) * self.scale + self.shift, dtype)
+        return tf.cast(super().rows(ids, dim, tf.float64) * self.multiplier + self.shift, dtype)
 
 
-class TruncatedRows:
+@dataclasses.dataclass(frozen=True)
+class TruncatedRows(InitialRows):
     """A normal truncated at 2 stddev, id-seeded: the inverse normal CDF of a uniform over the kept range."""
 
-    def __init__(self, mean: float, stddev: float, seed: int):
-        self.mean, self.stddev = mean, stddev
-        self._uniform = InitialRows("uniform", 1.0, seed)
+    mean: float = 0.0
+    stddev: float = 1.0
 
     def rows(self, ids: tf.Tensor, dim: int, dtype: tf.DType) -> tf.Tensor:
         edge = 0.5 * math.erfc(_TRUNCATE_AT / math.sqrt(2.0))  # P(Z < -2)
-        half_open = (self._uniform.rows(ids, dim, tf.float64) + 1.0) / 2.0  # in (0, 1)
+        half_open = (super().rows(ids, dim, tf.float64) + 1.0) / 2.0  # uniform in (0, 1)
         normal = tf.math.ndtri(edge + half_open * (1.0 - 2.0 * edge))
         return tf.cast(self.mean + self.stddev * normal, dtype)
 
 
-class CalledRows:
+@dataclasses.dataclass(frozen=True)
+class CalledRows(InitialRows):
     """An initializer TFRA called per lookup with shape [ids, dim]; called the same way here."""
 
-    def __init__(self, initializer):
-        self.initializer = initializer
+    initializer: object = None
 
     def rows(self, ids: tf.Tensor, dim: int, dtype: tf.DType) -> tf.Tensor:
         return tf.cast(self.initializer(tf.stack([tf.size(ids), dim]), dtype=dtype), dtype)
+
+
+def _constant_rows(value: float) -> ShiftedRows:
+    return ShiftedRows("constant", float(value))
 
 
 def table_seed(seed, table_name: str) -> int:
@@ -74,17 +81,16 @@ def _constant(value, dim: int):
     """A number, or a vector of ``dim`` values; anything else TFRA reduced to its first element."""
     array = np.asarray(value, dtype=np.float64).reshape(-1)
     if array.size == dim:
-        return ShiftedRows(None, vector=array.tolist())
-    first = float(array[0]) if array.size else 0.0
-    return ShiftedRows(InitialRows("constant", first))
+        return ShiftedRows("constant", 0.0, vector=tuple(array.tolist()))
+    return _constant_rows(array[0] if array.size else 0.0)
 
 
 def rows_for(initializer, dim: int, table_name: str):
     """The table initializer (anything with ``rows(ids, dim, dtype)``) standing in for TFRA's ``initializer``."""
     if initializer is None:
-        return ShiftedRows(InitialRows("constant", 0.0))  # TFRA's default: zero rows
+        return _constant_rows(0.0)  # TFRA's default: zero rows
     if isinstance(initializer, (bool, int, float, np.number)):
-        return ShiftedRows(InitialRows("constant", float(initializer)))
+        return _constant_rows(initializer)
     if isinstance(initializer, (list, tuple, np.ndarray)):
         return _constant(initializer, dim)
     if isinstance(initializer, tf.Tensor):
@@ -95,21 +101,21 @@ def rows_for(initializer, dim: int, table_name: str):
     kind = type(initializer).__name__
     seed = table_seed(getattr(initializer, "seed", None), table_name)
     if kind in _ZEROS:
-        return ShiftedRows(InitialRows("constant", 0.0))
+        return _constant_rows(0.0)
     if kind in _ONES:
-        return ShiftedRows(InitialRows("constant", 1.0))
+        return _constant_rows(1.0)
     if kind in _CONSTANT:
         return _constant(initializer.value, dim)
     if kind in _NORMAL:
-        return ShiftedRows(InitialRows("normal", 1.0, seed), float(initializer.stddev), float(initializer.mean))
+        return ShiftedRows("normal", 1.0, seed, float(initializer.stddev), float(initializer.mean))
     if kind in _TRUNCATED:
-        return TruncatedRows(float(initializer.mean), float(initializer.stddev), seed)
+        return TruncatedRows("uniform", 1.0, seed, float(initializer.mean), float(initializer.stddev))
     if kind in _UNIFORM:
         low = float(initializer.minval)
         high = 1.0 if initializer.maxval is None else float(initializer.maxval)
-        return ShiftedRows(InitialRows("uniform", 1.0, seed), (high - low) / 2.0, (high + low) / 2.0)
+        return ShiftedRows("uniform", 1.0, seed, (high - low) / 2.0, (high + low) / 2.0)
     if callable(initializer) and hasattr(initializer, "get_config"):
-        return CalledRows(initializer)
+        return CalledRows("constant", 0.0, initializer=initializer)
     if callable(initializer):  # a plain function: TFRA took what it returns as the constant row
         try:
             return _constant(initializer(shape=[1]), dim)

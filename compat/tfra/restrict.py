@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import tensorflow as tf
 
+from ps_toolkit.dynamic_embedding.apply import count_stat
 from ps_toolkit.dynamic_embedding.hash_tables import on_device
 from ps_toolkit.dynamic_embedding.table import STAT_EVICTED
 from ps_toolkit_compat.tfra import errors, refused
@@ -96,6 +97,4 @@ def evict_shard(shard, keep: int, score_column: int) -> tf.Operation:
             removals = [shard.rows.remove(evicted), shard.meta.remove(evicted)]
             removals += [slot.remove(evicted) for slot in shard.slots.values()]
         with tf.control_dependencies(removals):
-            gone = rows_before - shard.rows.size()
-            key = tf.constant([STAT_EVICTED], tf.int64)
-            return shard.stats.insert(key, shard.stats.find(key) + gone)
+            return count_stat(shard, STAT_EVICTED, rows_before - shard.rows.size())
