@@ -18,7 +18,13 @@ from ps_toolkit.dynamic_embedding.lookups import COMBINERS, lookup, lookup_spars
 from ps_toolkit.dynamic_embedding.maintenance import TableMaintenanceHook
 from ps_toolkit.dynamic_embedding.optimizer import TableOptimizer, is_table_rows, sync_gradients, table_gradients
 from ps_toolkit.dynamic_embedding.saving import checkpoint_differences
-from ps_toolkit.dynamic_embedding.table import DynamicTable, get_table, shard_devices, tables_of_graph
+from ps_toolkit.dynamic_embedding.table import (
+    DynamicTable,
+    clear_graph_collections,
+    get_table,
+    shard_devices,
+    tables_of_graph,
+)
 
 __all__ = [
     "COMBINERS",
@@ -29,6 +35,7 @@ __all__ = [
     "TableMaintenanceHook",
     "TableOptimizer",
     "checkpoint_differences",
+    "clear_graph_collections",
     "get_table",
     "is_table_rows",
     "lookup",

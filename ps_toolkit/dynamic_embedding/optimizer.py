@@ -135,9 +135,11 @@ class TableOptimizer:
             updates.append(apply.apply_table(records[0][0].table, self.rule, ids, grads, counts, global_step))
         for mean, rows in [(g, v) for g, v in pairs if isinstance(v, ShardRows)]:
             # The sync accumulators' mean of the replicas' [gradient, count] rows, by id, for one shard.
-            grads, counts = sync_pairs.split_values(rows.shard.table, mean.values)
+            table = rows.shard.table
+            ids = tf.ensure_shape(mean.indices, [None])
+            grads, counts = sync_pairs.split_values(table, tf.ensure_shape(mean.values, [None, table.dim + 1]))
             step = tf.cast(global_step, tf.int64) if global_step is not None else tf.constant(0, tf.int64)
-            updates.append(apply.apply_shard(rows.shard, self.rule, mean.indices, grads, counts, step))
+            updates.append(apply.apply_shard(rows.shard, self.rule, ids, grads, counts, step))
         return updates
 
     def minimize(self, loss, global_step=None, var_list=None, name=None, **kwargs) -> tf.Operation:

@@ -230,3 +230,16 @@ def _check_positive_int(table_name: str, field: str, value, why: str = "") -> No
     if isinstance(value, bool) or not isinstance(value, int) or value < 1:
         reason = f" ({why})" if why else ""
         raise ConfigError(f"dynamic table {table_name!r}: {field}={value!r} must be an integer >= 1{reason}")
+
+
+def clear_graph_collections(graph=None) -> bool:
+    """Empties the collections that hold the tables' Python objects (before a meta graph export); True if any
+    table was there. The tables' saveables go too: build the Saver first."""
+    from ps_toolkit.dynamic_embedding import lookups
+
+    graph = graph or tf.compat.v1.get_default_graph()
+    had_tables = bool(graph.get_collection(TABLES))
+    if had_tables:
+        for key in (TABLES, _DEVICES, lookups.LOOKUPS, tf.compat.v1.GraphKeys.SAVEABLE_OBJECTS):
+            graph.clear_collection(key)
+    return had_tables

@@ -15,6 +15,7 @@ import tempfile
 
 import tensorflow as tf
 
+from ps_toolkit import dynamic_embedding
 from ps_toolkit.base.errors import ConfigError
 from ps_toolkit.training.model_api import ModeKeys, ModelDefinition, function_name
 from ps_toolkit.training.model_calls import call_input_fn, call_model_fn
@@ -61,10 +62,18 @@ def _write(definition, input_context, checkpoint: str, path: str, partitioner) -
             for key, outputs in _signature_outputs(spec).items()
         }
         with tf.compat.v1.Session() as session:
-            tf.compat.v1.train.Saver().restore(session, checkpoint)
+            saver = tf.compat.v1.train.Saver()
+            saver.restore(session, checkpoint)
+            # Dynamic tables ride in the saver (their rows restored into one shard); the collections of Python
+            # objects that found them would not survive the meta graph.
+            tables_saver = saver if dynamic_embedding.clear_graph_collections() else None
             builder = tf.compat.v1.saved_model.Builder(path)
             builder.add_meta_graph_and_variables(
-                session, [tf.saved_model.SERVING], signature_def_map=signatures, strip_default_attrs=True
+                session,
+                [tf.saved_model.SERVING],
+                signature_def_map=signatures,
+                strip_default_attrs=True,
+                saver=tables_saver,
             )
             builder.save()
 
