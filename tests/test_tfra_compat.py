@@ -45,7 +45,7 @@ def json_lines(text: str, key: str) -> list:
 @pytest.fixture(scope="module")
 def probe():
     """Every check of the probe script, run once: {check name: what it printed}."""
-    checks = ["defaults_and_errors", "lookups", "optimizers", "restrict", "inference_mode"]
+    checks = ["defaults_and_errors", "lookups", "optimizers", "restrict", "inference_mode", "keys_and_trainable"]
     proc = run_legacy([PROBE, *checks], timeout=300)
     assert proc.returncode == 0, explain(proc)
     found = {line["check"]: line for line in json_lines(proc.stdout, "check")}
@@ -119,6 +119,15 @@ def test_inference_mode_reads_without_inserting(probe):
     assert out["mode"] == out["wrapper_mode"] == "inference", out
     # Id 1 was trained one SGD step on sum(rows) (-1 per column); id 3 was never seen: zeros, not inserted.
     assert out["rows"] == [[-1.0, -1.0], [0.0, 0.0]] and out["size"] == 2, out
+
+
+def test_int32_keys_a_frozen_table_and_sync_replicas(probe):
+    out = probe["keys_and_trainable"]
+    # One SGD step (rate 1) on sum(rows) from rows of ones: zeros; int32 keys come back as int32.
+    assert out["int_keys"] == [1, 2] and out["int_keys_dtype"] == "int32" and out["int_rows"] == [[0.0, 0.0]] * 2
+    assert out["frozen_size"] == 0  # trainable=False: never trained, never grown
+    mro, message = out["sync_replicas"]
+    assert "NotImplementedError" in mro and "SyncReplicasOptimizer around a DynamicEmbeddingOptimizer" in message
 
 
 @pytest.mark.parametrize(

@@ -194,6 +194,33 @@ def inference_mode():
     return {"mode": mode, "wrapper_mode": trainable.model_mode, "size": int(size), "rows": values.tolist()}
 
 
+@check
+def keys_and_trainable():
+    """int32 keys, a table left out of training, and sync replicas refused."""
+    ints = de.get_variable("i32", key_dtype=tf.int32, dim=2, initializer=1.0)
+    frozen = de.get_variable("frozen", dim=2, initializer=1.0, trainable=False)
+    loss = tf.reduce_sum(de.embedding_lookup(ints, tf.constant([1, 2], tf.int32)))
+    loss += tf.reduce_sum(de.embedding_lookup(frozen, tf.constant([1, 2], tf.int64)))
+    step = tf.train.get_or_create_global_step()
+    train_op = de.DynamicEmbeddingOptimizer(tf.train.GradientDescentOptimizer(1.0)).minimize(loss, global_step=step)
+    sync = tf.train.SyncReplicasOptimizer(
+        de.DynamicEmbeddingOptimizer(tf.train.AdagradOptimizer(0.1)), replicas_to_aggregate=1
+    )
+    refused = error_of(lambda: sync.minimize(loss, global_step=step))
+    with tf.Session() as session:
+        session.run(tf.global_variables_initializer())
+        session.run(train_op)
+        keys, values = session.run(ints.export())
+        frozen_size = session.run(frozen.size())
+    return {
+        "int_keys": sorted(int(key) for key in keys),
+        "int_keys_dtype": keys.dtype.name,
+        "int_rows": values.tolist(),
+        "frozen_size": int(frozen_size),
+        "sync_replicas": refused,
+    }
+
+
 if __name__ == "__main__":
     for name in sys.argv[1:]:
         with tf.Graph().as_default():
