@@ -8,7 +8,7 @@ the tables have something to learn. Nothing to download; every replica
 draws its own batches (seeded by its index).
 
 params (``--params`` JSON): ``dim`` (8), ``admit_after`` (1), ``evict_after_steps`` (None),
-``max_rows_per_shard`` (None), ``first_vocab`` (2000), ``new_ids_per_batch`` (20).
+``max_rows_per_shard`` (None), ``first_vocab`` (2000), ``new_ids_per_batch`` (20), ``init_scale`` (0.3).
 """
 
 import tensorflow as tf
@@ -23,6 +23,7 @@ DEFAULTS = {
     "max_rows_per_shard": None,
     "first_vocab": 2000,
     "new_ids_per_batch": 20,
+    "init_scale": 0.3,
 }
 EVAL_BATCHES = 10
 
@@ -37,6 +38,8 @@ def model_fn(features, labels, mode, params):
         "admit_after": p["admit_after"],
         "evict_after_steps": p["evict_after_steps"],
         "max_rows_per_shard": p["max_rows_per_shard"],
+        # Rows start large enough for the dot product's gradients to break their symmetry early.
+        "initializer": dynamic_embedding.InitialRows("normal", scale=p["init_scale"]),
     }
     users = dynamic_embedding.get_table("user", p["dim"], **policy)
     items = dynamic_embedding.get_table("item", p["dim"], **policy)
@@ -70,10 +73,12 @@ def _batch(index, replica: int, batch_size: int, p: dict):
     seed = tf.stack([index, tf.constant(replica, tf.int64)])
     users = _zipf_ids(seed, batch_size, vocab)
     items = _zipf_ids(seed + 1_000_003, batch_size, vocab) + 10_000_000  # items and users never share an id
-    # The hidden truth: a user likes items of its kind (one of 4), and some users click more than others.
-    likes = tf.cast(tf.equal(_kind(users, 4), _kind(items + 7, 4)), tf.float64)
+    # The hidden truth: some users click more than others, some items draw more clicks, and a user likes
+    # items of its kind (one of 4) a little more.
     eagerness = tf.cast(_kind(users + 3, 3), tf.float64) - 1.0
-    logit = 3.0 * likes - 1.5 + 0.5 * eagerness
+    appeal = tf.cast(_kind(items + 5, 3), tf.float64) - 1.0
+    likes = tf.cast(tf.equal(_kind(users, 4), _kind(items + 7, 4)), tf.float64)
+    logit = 1.5 * eagerness + 1.5 * appeal + likes - 1.0
     noise = tf.random.stateless_uniform([batch_size], seed=seed + 7, dtype=tf.float64)
     clicks = tf.cast(noise < tf.sigmoid(logit), tf.float32)
     return {"user": users, "item": items}, clicks
