@@ -57,6 +57,11 @@ class LegacyModule(types.ModuleType):
         return sorted(set(super().__dir__()) | set(dir(self._base) if self._base is not None else ()))
 
 
+def real_tensorflow() -> types.ModuleType:
+    """TensorFlow 2's own ``tensorflow`` module, which the legacy one stands in for once installed."""
+    return _real_tf
+
+
 def _examples() -> dict[str, types.ModuleType]:
     mnist = LegacyModule(
         "tensorflow.examples.tutorials.mnist", "examples.tutorials.mnist.", None, {"input_data": mnist_input_data}

@@ -48,12 +48,12 @@ def register_all(keras_objects=True, custom_kernels=True):
 def _real_tensorflow():
     """``import tensorflow`` gives TensorFlow 2's own module inside: the adapter and the tables are written for it,
     and run_legacy's legacy module (tf.compat.v1: ``tf.where`` without broadcasting...) replaced it before."""
+    legacy_tf = sys.modules.get("ps_toolkit_compat.legacy_tf")  # not imported: not installed either
     current = sys.modules.get("tensorflow")
-    real = getattr(current, "_fallback", None)
-    if real is None:
+    if legacy_tf is None or not isinstance(current, legacy_tf.LegacyModule):
         yield
         return
-    sys.modules["tensorflow"] = real
+    sys.modules["tensorflow"] = legacy_tf.real_tensorflow()
     try:
         yield
     finally:
