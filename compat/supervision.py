@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import inspect
 import logging
+import sys
 import weakref
 
 import tensorflow as tf
@@ -55,10 +56,10 @@ class SyncReplicasOptimizer(_v1.train.SyncReplicasOptimizer):
 
 def refuse_table_rows(grads_and_vars) -> None:
     """TF's accumulators take variables, not the rows of TFRA's tables (DynamicEmbeddingOptimizer): one line."""
-    from ps_toolkit.dynamic_embedding import is_table_rows
-    from ps_toolkit_compat.tfra.refused import NotServedUseError
+    tables = sys.modules.get("ps_toolkit.dynamic_embedding")  # not imported: no table in any graph
+    if tables is not None and any(tables.is_table_rows(variable) for _, variable in grads_and_vars):
+        from ps_toolkit_compat.tfra.refused import NotServedUseError
 
-    if any(is_table_rows(variable) for _, variable in grads_and_vars):
         raise NotServedUseError(
             "tf.train.SyncReplicasOptimizer around a DynamicEmbeddingOptimizer is not served (TFRA's sync training "
             "was Horovod); train the tables asynchronously, or with ps_toolkit's own --sync_replicas"
