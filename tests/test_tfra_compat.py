@@ -171,9 +171,9 @@ def _worker_results(logs: dict) -> dict:
 def _assert_ps_script_trained(results: dict, num_reserved: int, batch_size: int) -> None:
     chief, other = results["worker-0"], results["worker-1"]
     for worker in (chief, other):
-        assert worker["last_loss"] < 0.6, worker  # a constant guess scores about 0.65 here
+        assert worker["recent_loss"] < 0.6, worker  # the mean of its last 20 steps; the best constant scores 0.69
         assert worker["trainable_params_is_table"] is True
-    # The tables grew with the ids, and each restrict (every 50 of the chief's steps) cut them back.
+    # The tables grew with the ids, and each restrict (every 30 of the chief's steps) cut them back.
     assert chief["restricts"], chief
     for cut in chief["restricts"]:
         for table in ("user", "item"):
@@ -189,7 +189,7 @@ def _assert_ps_script_trained(results: dict, num_reserved: int, batch_size: int)
 
 @pytest.mark.slow
 def test_tfra_ps_script_runs_unchanged_on_launch_local(tmp_path):
-    args = [f"--checkpoint_dir={tmp_path}/ckpt", "--train_steps=120", "--restrict_every=50", "--num_reserved=200"]
+    args = [f"--checkpoint_dir={tmp_path}/ckpt", "--train_steps=80", "--restrict_every=30", "--num_reserved=200"]
     run = launch(tmp_path / "run", ["--num_ps=2", "--num_workers=2"], legacy(PS_SCRIPT, *args), timeout_secs=240)
     assert run.returncode == 0, run.describe()
     results = _worker_results(run.logs)
@@ -201,7 +201,7 @@ def test_tfra_ps_script_runs_unchanged_on_launch_local(tmp_path):
 def test_tfra_ps_script_runs_unchanged_started_by_hand(tmp_path):
     ps_hosts, worker_hosts, reservation = loopback_hosts(1, 2)
     common = [f"--ps_hosts={ps_hosts}", f"--worker_hosts={worker_hosts}", f"--checkpoint_dir={tmp_path}/ckpt"]
-    common += ["--train_steps=120", "--restrict_every=50", "--num_reserved=200"]
+    common += ["--train_steps=80", "--restrict_every=30", "--num_reserved=200"]
     tasks = {"ps-0": ["--job_name=ps", "--task_index=0"]}
     tasks.update({f"worker-{i}": ["--job_name=worker", f"--task_index={i}"] for i in (0, 1)})
     env = {k: v for k, v in os.environ.items() if k != "TF_CONFIG"}

@@ -17,6 +17,7 @@ checkpoint with a ``Saver`` and checks that lookups there insert nothing. Every
 task prints one JSON line (``tfra_result``) with what it saw.
 """
 
+import collections
 import json
 import math
 
@@ -118,6 +119,7 @@ def run_worker(server, cluster, num_ps):
     result["trainable_params_is_table"] = user_trainable.params is tables["user"]
     checkpoint_dir = FLAGS.checkpoint_dir if is_chief else None
     own_steps = 0
+    recent = collections.deque(maxlen=20)  # the losses of this worker's last 20 steps
     with tf.train.MonitoredTrainingSession(
         master=server.target, is_chief=is_chief, checkpoint_dir=checkpoint_dir, save_checkpoint_steps=100
     ) as session:
@@ -126,13 +128,14 @@ def run_worker(server, cluster, num_ps):
             own_steps += 1
             if result["first_loss"] is None:
                 result["first_loss"] = float(value)
-            result["last_loss"] = float(value)
+            recent.append(float(value))
             if is_chief and own_steps % FLAGS.restrict_every == 0:
                 before = session.run(sizes)
                 session.run(restrict_ops)
                 after = session.run(sizes)
                 result["restricts"].append({"step": int(step), "before": before, "after": after})
     result["own_steps"] = own_steps
+    result["recent_loss"] = sum(recent) / len(recent)
     if is_chief:
         result["inference"] = check_inference(num_ps)
     print(json.dumps(result, default=int), flush=True)
