@@ -15,12 +15,13 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
+from ps_toolkit import dynamic_embedding as de
 from ps_toolkit.base.errors import ConfigError
 from ps_toolkit.launch.local_cluster import InProcessCluster
 from ps_toolkit.task import monitored_training
 from ps_toolkit.training import export
 from ps_toolkit.training.config import TrainConfig
-from ps_toolkit.training.model_api import InputContext, ModelDefinition, ModeKeys
+from ps_toolkit.training.model_api import InputContext, ModeKeys, ModelDefinition
 from ps_toolkit.training.model_calls import call_model_fn
 
 EXAMPLE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "examples", "dynamic_clicks")
@@ -64,9 +65,18 @@ def test_sync_replicas_train_the_tables(tmp_path):
     assert result["final_loss"] < result["first_loss"] + 0.1
 
 
-def test_sync_with_the_in_graph_loop_is_refused_in_one_line(tmp_path):
-    with pytest.raises(ConfigError, match="sync training does not run in the in-graph loop yet"):
-        _train(tmp_path, sync_replicas=True, steps_per_run=5)
+def test_sync_replicas_train_the_tables_in_the_in_graph_loop(tmp_path):
+    result = _train(tmp_path, sync_replicas=True, steps_per_run=5, train_steps=20)
+    assert result["global_step"] == 20
+    assert all(min(result["tables"][name]["rows_per_shard"]) > 0 for name in TABLES)
+
+
+def test_string_ids_are_refused_by_sync_training_in_one_line():
+    with tf.Graph().as_default():
+        table = de.get_table("words", 2, key_dtype=tf.string)
+        loss = tf.reduce_sum(de.lookup(table, tf.constant(["a"])))
+        with pytest.raises(ConfigError, match="'words': sync training takes int64 ids only"):
+            de.sync_gradients(de.table_gradients(loss))
 
 
 def test_a_two_ps_checkpoint_restores_into_three_ps_and_exports(tmp_path):

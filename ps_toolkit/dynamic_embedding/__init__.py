@@ -16,7 +16,13 @@ from ps_toolkit.dynamic_embedding.initial_rows import InitialRows
 from ps_toolkit.dynamic_embedding.keys import KEY_DTYPES, NUM_SAVE_BUCKETS
 from ps_toolkit.dynamic_embedding.lookups import COMBINERS, lookup, lookup_sparse
 from ps_toolkit.dynamic_embedding.maintenance import TableMaintenanceHook
-from ps_toolkit.dynamic_embedding.optimizer import TableOptimizer, is_table_rows, sync_gradients, table_gradients
+from ps_toolkit.dynamic_embedding.optimizer import (
+    TableOptimizer,
+    is_table_rows,
+    sync_gradients,
+    sync_shard_variables,
+    table_gradients,
+)
 from ps_toolkit.dynamic_embedding.saving import checkpoint_differences
 from ps_toolkit.dynamic_embedding.table import (
     DynamicTable,
@@ -42,6 +48,7 @@ __all__ = [
     "lookup_sparse",
     "shard_devices",
     "sync_gradients",
+    "sync_shard_variables",
     "table_gradients",
     "tables_of_graph",
 ]

@@ -52,7 +52,9 @@ class TableMaintenanceHook(tf.compat.v1.train.SessionRunHook):
             }
 
     def after_create_session(self, session, coord):
-        self._next_step = int(session.run(self._global_step)) + self._every_steps
+        step = int(session.run(self._global_step))
+        self._next_step = step + self._every_steps
+        self.maintain(session, step)  # where the tables start from (a restored run: their restored size)
 
     def before_run(self, run_context):
         return tf.compat.v1.train.SessionRunArgs(self._global_step)

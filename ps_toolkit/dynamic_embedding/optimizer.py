@@ -22,6 +22,7 @@ import tensorflow as tf
 from ps_toolkit.dynamic_embedding import apply, lookups, row_rules, sync_pairs
 from ps_toolkit.dynamic_embedding.lookups import LookupRecord
 from ps_toolkit.dynamic_embedding.sync_pairs import ShardRows
+from ps_toolkit.dynamic_embedding.table import tables_of_graph
 
 
 @dataclasses.dataclass(frozen=True)
@@ -53,6 +54,11 @@ def sync_gradients(grads_and_vars) -> list:
         ids, grads, counts = apply.merged(records)
         pairs += sync_pairs.per_shard_pairs(records[0][0].table, ids, grads, counts)
     return pairs
+
+
+def sync_shard_variables(graph=None) -> list:
+    """A ShardRows for every shard of every table of the graph: the 'variables' a sync loop aggregates."""
+    return [ShardRows(shard) for table in tables_of_graph(graph) for shard in table.shards]
 
 
 def _by_table(pairs) -> dict:

@@ -165,11 +165,6 @@ def _trained_variables(definition: ModelDefinition, optimizer, loss, config: Tra
         and not dynamic_embedding.is_table_rows(var)
         and not (config.packed_transfers and packed_transfer.packs(var))
     )
-    if dynamic_embedding.tables_of_graph() and config.sync_replicas and config.steps_per_run > 1:
-        raise ConfigError(
-            f"{definition.name} uses dynamic tables, which sync training does not run in the in-graph loop yet; "
-            "give --steps_per_run=1 with --sync_replicas"
-        )
     if config.steps_per_run > 1 and not config.sync_replicas:
         # Slots (Adagrad's accumulators, Adam's moments) cannot be created inside the
         # loop's body; this unrun update creates them here, beside their variables.
@@ -227,14 +222,21 @@ class _StepBuilder:
 
     def _sync_multi_step(self) -> multi_step.MultiStep:
         sync_optimizer = self._sync_optimizer()
+        # Each shard of each dynamic table is aggregated like a sparse variable (none without tables).
+        shards = dynamic_embedding.sync_shard_variables()
+
+        def loss_and_gradients():
+            loss, pairs = self._loss_and_gradients()
+            return loss, dynamic_embedding.sync_gradients(pairs)
+
         run = multi_step.sync_multi_step(
             sync_optimizer,
             self._global_step,
-            self._variables,
-            self._loss_and_gradients,
+            self._variables + shards,
+            loss_and_gradients,
             steps_per_run=self._config.steps_per_run,
             last_step=self._config.train_steps,
-            sparse_names=self._sparse_names,
+            sparse_names=self._sparse_names | {shard.name for shard in shards},
         )
         self._add_sync_hooks(sync_optimizer)
         return run

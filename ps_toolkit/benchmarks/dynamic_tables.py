@@ -1,0 +1,136 @@
+"""Measures core TensorFlow hash tables for dynamic embeddings on CPU: speed, memory, and the ps's peak during a save.
+
+    python -m ps_toolkit.benchmarks.dynamic_tables [--rows=1000000] [--dim=32] [--repeats=5]
+
+Each measurement runs in a fresh subprocess (its memory is its own):
+``MutableHashTable`` (what ps_toolkit.dynamic_embedding uses) against
+``DenseHashTable``: the seconds to insert ``rows`` rows, the median seconds
+of a lookup of 65,536 ids (half known), the resident memory the filled table
+adds; then a dynamic table of ``rows`` rows (one shard) saved by the
+tf.compat.v1 Saver: its resident memory before, and the peak during, the
+save. Prints one JSON line per measurement.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+LOOKUP_BATCH = 65_536
+
+
+def _rss_mb() -> float:
+    with open("/proc/self/statm") as handle:
+        return int(handle.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 2**20
+
+
+def _peak_mb() -> float:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+def _table_speed(kind: str, rows: int, dim: int, repeats: int) -> dict:
+    import numpy as np
+    import tensorflow as tf
+
+    ids = tf.constant(np.random.default_rng(0).permutation(2 * rows)[:rows].astype(np.int64) + 1)
+    values = tf.random.stateless_normal([rows, dim], seed=[1, 2])
+    if kind == "mutable":
+        table = tf.lookup.experimental.MutableHashTable(tf.int64, tf.float32, tf.zeros([dim]))
+    else:
+        table = tf.lookup.experimental.DenseHashTable(
+            tf.int64, tf.float32, tf.zeros([dim]), empty_key=-1, deleted_key=-2
+        )
+    before = _rss_mb()
+    started = time.perf_counter()
+    table.insert(ids, values)
+    insert_seconds = time.perf_counter() - started
+    table_mb = _rss_mb() - before
+    queries = tf.constant(np.random.default_rng(1).integers(1, 2 * rows, LOOKUP_BATCH).astype(np.int64))
+    table.lookup(queries)  # warm
+    times = []
+    for _ in range(repeats):
+        started = time.perf_counter()
+        table.lookup(queries).numpy()
+        times.append(time.perf_counter() - started)
+    return {
+        "measure": f"{kind}_hash_table",
+        "rows": rows,
+        "dim": dim,
+        "insert_seconds": round(insert_seconds, 3),
+        "lookup_65536_median_ms": round(1000 * statistics.median(times), 2),
+        "table_mb": round(table_mb, 1),
+        "values_mb": round(rows * dim * 4 / 2**20, 1),
+    }
+
+
+def _save_peak(rows: int, dim: int) -> dict:
+    import numpy as np
+    import tensorflow as tf
+
+    from ps_toolkit import dynamic_embedding
+
+    tf.compat.v1.disable_eager_execution()
+    with tf.Graph().as_default():
+        table = dynamic_embedding.get_table("bench", dim, devices=["/cpu:0"])
+        shard = table.shards[0]
+        ids = tf.compat.v1.placeholder(tf.int64, [None])
+        fill = [
+            shard.rows.insert(ids, tf.random.stateless_normal(tf.stack([tf.size(ids), dim]), seed=[1, 2])),
+            shard.meta.insert(ids, tf.ones(tf.stack([tf.size(ids), 2]), tf.int64)),
+        ]
+        saver = tf.compat.v1.train.Saver(sharded=True)
+        with tf.compat.v1.Session() as session, tempfile.TemporaryDirectory() as folder:
+            chunk = 250_000
+            for start in range(0, rows, chunk):
+                session.run(fill, {ids: np.arange(start, min(start + chunk, rows), dtype=np.int64) + 1})
+            filled, peak_before = _rss_mb(), _peak_mb()
+            started = time.perf_counter()
+            saver.save(session, os.path.join(folder, "model"))
+            seconds = time.perf_counter() - started
+            peak_after = _peak_mb()
+    return {
+        "measure": "save_one_shard",
+        "rows": rows,
+        "dim": dim,
+        "rss_filled_mb": round(filled, 1),
+        "peak_before_save_mb": round(peak_before, 1),
+        "peak_during_save_mb": round(peak_after, 1),
+        "save_seconds": round(seconds, 2),
+        "values_mb": round(rows * dim * 4 / 2**20, 1),
+    }
+
+
+def main(argv=None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rows", type=int, default=1_000_000)
+    parser.add_argument("--dim", type=int, default=32)
+    parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--one", choices=["mutable", "dense", "save"], help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    if args.one:
+        if args.one == "save":
+            record = _save_peak(args.rows, args.dim)
+        else:
+            record = _table_speed(args.one, args.rows, args.dim, args.repeats)
+        print(json.dumps(record), flush=True)
+        return
+    env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"}
+    for one in ("mutable", "dense", "save"):
+        command = [sys.executable, "-m", "ps_toolkit.benchmarks.dynamic_tables", f"--one={one}"]
+        command += [f"--rows={args.rows}", f"--dim={args.dim}", f"--repeats={args.repeats}"]
+        done = subprocess.run(command, capture_output=True, text=True, env=env, timeout=900, check=False)
+        lines = [line for line in done.stdout.splitlines() if line.startswith("{")]
+        print(
+            lines[-1] if done.returncode == 0 and lines else json.dumps({"measure": one, "error": done.stderr[-500:]})
+        )
+
+
+if __name__ == "__main__":
+    main()
