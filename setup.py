@@ -13,7 +13,7 @@ setup(
     python_requires=">=3.10",
     # The compat layer is the repository's compat/ folder, installed under a name no other
     # distribution's top-level package can take.
-    packages=[*find_packages(include=["ps_toolkit", "ps_toolkit.*"]), "ps_toolkit_compat"],
+    packages=[*find_packages(include=["ps_toolkit", "ps_toolkit.*"]), "ps_toolkit_compat", "ps_toolkit_compat.tfra"],
     package_dir={"ps_toolkit_compat": "compat"},
     package_data={"ps_toolkit.models": ["embedded_digits/*.gz"]},
     entry_points={

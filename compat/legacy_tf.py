@@ -8,7 +8,9 @@ v2 behaviour disabled, plus ``tf.contrib.training`` (the toolkit's placement
 strategies), ``tensorflow.examples.tutorials.mnist.input_data``, session
 classes that start and end cleanly (``compat.supervision``), and the real
 ``tf.estimator`` (``compat.estimator_support``; its cluster roles start and
-end like the sessions, ``compat.estimator_roles``). Any other name
+end like the sessions, ``compat.estimator_roles``), and
+``import tensorflow_recommenders_addons`` (TFRA's graph-mode API over the
+toolkit's dynamic tables, ``compat.tfra``). Any other name
 TF 2.21 lacks raises one line naming its replacement (``compat.removed``).
 Set ``TF_USE_LEGACY_KERAS=1`` before TensorFlow is first imported, or
 ``tf.layers`` is missing (scripts/run_legacy.py does).
@@ -25,6 +27,7 @@ import tensorflow as _real_tf
 from ps_toolkit.training.hooks import quiet_cancelled_queue_runners
 from ps_toolkit_compat import contrib, estimator_support, mnist_input_data, supervision, task_context, task_start
 from ps_toolkit_compat.removed import RemovedModuleError, RemovedSymbolError
+from ps_toolkit_compat.tfra import install as tfra_install
 
 _v1 = _real_tf.compat.v1
 # Packages that only exist in the legacy surface: importing a module below them that
@@ -52,6 +55,11 @@ class LegacyModule(types.ModuleType):
 
     def __dir__(self):
         return sorted(set(super().__dir__()) | set(dir(self._base) if self._base is not None else ()))
+
+
+def real_tensorflow() -> types.ModuleType:
+    """TensorFlow 2's own ``tensorflow`` module, which the legacy one stands in for once installed."""
+    return _real_tf
 
 
 def _examples() -> dict[str, types.ModuleType]:
@@ -145,4 +153,5 @@ def install() -> LegacyModule:
     sys.modules.update(submodules)
     sys.modules["tensorflow"] = legacy
     sys.meta_path.insert(0, _RemovedModuleFinder())
+    tfra_install.install()  # ``import tensorflow_recommenders_addons``: TFRA's graph-mode API on the toolkit's tables
     return legacy

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import inspect
 import logging
+import sys
 import weakref
 
 import tensorflow as tf
@@ -44,11 +45,25 @@ class SyncReplicasOptimizer(_v1.train.SyncReplicasOptimizer):
     """``tf.train.SyncReplicasOptimizer`` whose graph can release blocked replicas at the end."""
 
     def apply_gradients(self, grads_and_vars, global_step=None, name=None):
+        grads_and_vars = list(grads_and_vars)
+        refuse_table_rows(grads_and_vars)
         train_op = super().apply_gradients(grads_and_vars, global_step=global_step, name=name)
         if global_step is not None:  # TF itself raises without one
             # Built now: Supervisor and MonitoredSession finalize the graph before training.
             add_release_op(self, global_step)
         return train_op
+
+
+def refuse_table_rows(grads_and_vars) -> None:
+    """TF's accumulators take variables, not the rows of TFRA's tables (DynamicEmbeddingOptimizer): one line."""
+    tables = sys.modules.get("ps_toolkit.dynamic_embedding")  # not imported: no table in any graph
+    if tables is not None and any(tables.is_table_rows(variable) for _, variable in grads_and_vars):
+        from ps_toolkit_compat.tfra.refused import NotServedUseError
+
+        raise NotServedUseError(
+            "tf.train.SyncReplicasOptimizer around a DynamicEmbeddingOptimizer is not served (TFRA's sync training "
+            "was Horovod); train the tables asynchronously, or with ps_toolkit's own --sync_replicas"
+        )
 
 
 def add_release_op(optimizer, global_step=None) -> None:

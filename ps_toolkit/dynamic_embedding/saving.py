@@ -61,7 +61,8 @@ class ShardComponentSaveable(_SaveableObject):
             specs.append(
                 _SaveSpec(value_part, "", checkpoint_name(table.name, component, bucket, "values"), device=shard.device)
             )
-        super().__init__(hash_table.handle, specs, f"{shard.prefix}/{component}")
+        # Named after the hash table's op: an exported MetaGraph lists the saveables by name as graph elements.
+        super().__init__(hash_table.handle, specs, hash_table.handle.op.name)
 
     def restore(self, restored_tensors, restored_shapes=None):
         """Replaces the shard's content by the keys and values of its buckets."""

@@ -10,6 +10,7 @@ meta entry but no row is still being counted towards admission.
 from __future__ import annotations
 
 import contextlib
+import weakref
 
 import tensorflow as tf
 
@@ -19,6 +20,9 @@ from ps_toolkit.dynamic_embedding.hash_tables import HashTable, on_device
 from ps_toolkit.dynamic_embedding.initial_rows import InitialRows
 
 TABLES = "ps_toolkit_dynamic_tables"
+# graph -> {full name: DynamicTable}. Not a graph collection: an exported MetaGraph (estimator export, the
+# chief's .meta files) would list the tables' names as graph elements, and loading it would fail on them.
+_TABLES_BY_GRAPH = weakref.WeakKeyDictionary()
 _DEVICES = "ps_toolkit_dynamic_table_devices"
 VALUE_DTYPES = (tf.float32, tf.float64, tf.float16, tf.bfloat16)
 NEVER_SEEN = (0, -1)  # the meta of an id the shard does not know: seen 0 times, last at step -1
@@ -186,7 +190,7 @@ def get_table(
             _check_positive_int(full_name, field, value)
     if initializer is not None and not isinstance(initializer, InitialRows):
         raise ConfigError(f"dynamic table {full_name!r}: initializer {initializer!r} is not an InitialRows")
-    existing = {table.name: table for table in tf.compat.v1.get_collection(TABLES)}
+    existing = _TABLES_BY_GRAPH.setdefault(tf.compat.v1.get_default_graph(), {})
     if full_name in existing:
         return _reused(existing[full_name], scope.reuse, dim, key_dtype, value_dtype)
     table = DynamicTable(
@@ -200,7 +204,7 @@ def get_table(
         max_rows_per_shard,
         devices if devices is not None else default_devices(),
     )
-    tf.compat.v1.add_to_collection(TABLES, table)
+    existing[full_name] = table
     from ps_toolkit.dynamic_embedding import saving  # saving needs the table's class, not the other way
 
     saving.register_saveables(table)
@@ -209,7 +213,7 @@ def get_table(
 
 def tables_of_graph(graph=None) -> list[DynamicTable]:
     """The dynamic tables made in ``graph`` (default: the default graph)."""
-    return (graph or tf.compat.v1.get_default_graph()).get_collection(TABLES)
+    return list(_TABLES_BY_GRAPH.get(graph or tf.compat.v1.get_default_graph(), {}).values())
 
 
 def _reused(table: DynamicTable, reuse, dim, key_dtype, value_dtype) -> DynamicTable:
@@ -238,8 +242,9 @@ def clear_graph_collections(graph=None) -> bool:
     from ps_toolkit.dynamic_embedding import lookups
 
     graph = graph or tf.compat.v1.get_default_graph()
-    had_tables = bool(graph.get_collection(TABLES))
+    had_tables = bool(tables_of_graph(graph))
     if had_tables:
-        for key in (TABLES, _DEVICES, lookups.LOOKUPS, tf.compat.v1.GraphKeys.SAVEABLE_OBJECTS):
+        _TABLES_BY_GRAPH.pop(graph, None)
+        for key in (_DEVICES, lookups.LOOKUPS, tf.compat.v1.GraphKeys.SAVEABLE_OBJECTS):
             graph.clear_collection(key)
     return had_tables

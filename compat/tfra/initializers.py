@@ -1,0 +1,124 @@
+"""TFRA's ``initializer`` argument (a number, a vector, a TF or Keras initializer) as the rows a table starts from.
+
+TFRA drew a fresh random row for an unseen id at every lookup. Here the common
+initializers become a pure function of the id (ps_toolkit's InitialRows), so
+an id reads the same row on every worker and in the exported model: normal
+(``RandomNormal``, ``random_normal_initializer``), truncated normal, uniform,
+zeros, ones and constants keep their parameters. Any other initializer
+(Glorot, VarianceScaling, ...) is called per lookup with shape [ids, dim], as
+TFRA did; its rows are then random per lookup, not per id.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import zlib
+
+import numpy as np
+import tensorflow as tf
+
+from ps_toolkit.dynamic_embedding.initial_rows import InitialRows
+from ps_toolkit_compat.tfra.refused import NotServedUseError
+
+_NORMAL = ("RandomNormal",)
+_TRUNCATED = ("TruncatedNormal",)
+_UNIFORM = ("RandomUniform",)
+_ZEROS = ("Zeros", "Zero", "zeros")
+_ONES = ("Ones", "One", "ones")
+_CONSTANT = ("Constant",)
+_TRUNCATE_AT = 2.0  # TruncatedNormal redraws values beyond 2 stddev
+
+
+@dataclasses.dataclass(frozen=True)
+class ShiftedRows(InitialRows):
+    """``multiplier * draw + shift`` of the id-seeded draw of ``InitialRows``, or a constant ``vector``."""
+
+    multiplier: float = 1.0
+    shift: float = 0.0
+    vector: tuple | None = None
+
+    def rows(self, ids: tf.Tensor, dim: int, dtype: tf.DType) -> tf.Tensor:
+        if self.vector is not None:
+            return tf.tile(tf.constant(self.vector, dtype, shape=[1, dim]), tf.stack([tf.size(ids), 1]))
+        return tf.cast(super().rows(ids, dim, tf.float64) * self.multiplier + self.shift, dtype)
+
+
+@dataclasses.dataclass(frozen=True)
+class TruncatedRows(InitialRows):
+    """A normal truncated at 2 stddev, id-seeded: the inverse normal CDF of a uniform over the kept range."""
+
+    mean: float = 0.0
+    stddev: float = 1.0
+
+    def rows(self, ids: tf.Tensor, dim: int, dtype: tf.DType) -> tf.Tensor:
+        edge = 0.5 * math.erfc(_TRUNCATE_AT / math.sqrt(2.0))  # P(Z < -2)
+        half_open = (super().rows(ids, dim, tf.float64) + 1.0) / 2.0  # uniform in (0, 1)
+        normal = tf.math.ndtri(edge + half_open * (1.0 - 2.0 * edge))
+        return tf.cast(self.mean + self.stddev * normal, dtype)
+
+
+@dataclasses.dataclass(frozen=True)
+class CalledRows(InitialRows):
+    """An initializer TFRA called per lookup with shape [ids, dim]; called the same way here."""
+
+    initializer: object = None
+
+    def rows(self, ids: tf.Tensor, dim: int, dtype: tf.DType) -> tf.Tensor:
+        return tf.cast(self.initializer(tf.stack([tf.size(ids), dim]), dtype=dtype), dtype)
+
+
+def _constant_rows(value: float) -> ShiftedRows:
+    return ShiftedRows("constant", float(value))
+
+
+def table_seed(seed, table_name: str) -> int:
+    """The initializer's own seed, or one from the table's name, so tables sharing ids start apart."""
+    return int(seed) if seed is not None else zlib.crc32(table_name.encode("utf-8"))
+
+
+def _constant(value, dim: int):
+    """A number, or a vector of ``dim`` values; anything else TFRA reduced to its first element."""
+    array = np.asarray(value, dtype=np.float64).reshape(-1)
+    if array.size == dim:
+        return ShiftedRows("constant", 0.0, vector=tuple(array.tolist()))
+    return _constant_rows(array[0] if array.size else 0.0)
+
+
+def rows_for(initializer, dim: int, table_name: str):
+    """The table initializer (anything with ``rows(ids, dim, dtype)``) standing in for TFRA's ``initializer``."""
+    if initializer is None:
+        return _constant_rows(0.0)  # TFRA's default: zero rows
+    if isinstance(initializer, (bool, int, float, np.number)):
+        return _constant_rows(initializer)
+    if isinstance(initializer, (list, tuple, np.ndarray)):
+        return _constant(initializer, dim)
+    if isinstance(initializer, tf.Tensor):
+        value = tf.get_static_value(initializer)
+        if value is None:
+            raise NotServedUseError(f"initializer {initializer.name}: a tensor computed in the graph is not served")
+        return _constant(value, dim)
+    kind = type(initializer).__name__
+    seed = table_seed(getattr(initializer, "seed", None), table_name)
+    if kind in _ZEROS:
+        return _constant_rows(0.0)
+    if kind in _ONES:
+        return _constant_rows(1.0)
+    if kind in _CONSTANT:
+        return _constant(initializer.value, dim)
+    if kind in _NORMAL:
+        return ShiftedRows("normal", 1.0, seed, float(initializer.stddev), float(initializer.mean))
+    if kind in _TRUNCATED:
+        return TruncatedRows("uniform", 1.0, seed, float(initializer.mean), float(initializer.stddev))
+    if kind in _UNIFORM:
+        low = float(initializer.minval)
+        high = 1.0 if initializer.maxval is None else float(initializer.maxval)
+        return ShiftedRows("uniform", 1.0, seed, (high - low) / 2.0, (high + low) / 2.0)
+    if callable(initializer) and hasattr(initializer, "get_config"):
+        return CalledRows("constant", 0.0, initializer=initializer)
+    if callable(initializer):  # a plain function: TFRA took what it returns as the constant row
+        try:
+            return _constant(initializer(shape=[1]), dim)
+        except TypeError:
+            return _constant(initializer(), dim)
+    raise TypeError(f"initializer {initializer!r} is neither a number, a vector nor an initializer")

@@ -1,0 +1,84 @@
+"""TFRA's ``DynamicEmbeddingOptimizer(opt)``: the same ``tf.compat.v1.train`` optimizer, now training the tables too.
+
+As in TFRA the optimizer object itself is returned, changed in place (so code
+that ignores the return value still trains the tables): its class becomes a
+subclass of its own class whose ``compute_gradients`` adds the tables' pairs
+(``ps_toolkit.dynamic_embedding.table_gradients``) and whose
+``apply_gradients`` applies them on the ps shards with the optimizer's own
+formulas and slots (``TableOptimizer``). A table is trained when its variable
+is trainable and either ``var_list`` is None or names one of its
+TrainableWrappers, as TFRA's trainable wrappers were.
+"""
+
+from __future__ import annotations
+
+import tensorflow as tf
+
+from ps_toolkit import dynamic_embedding as tables
+from ps_toolkit.base.errors import ConfigError
+from ps_toolkit_compat.tfra import lookups, variable
+from ps_toolkit_compat.tfra.refused import NotServedUseError
+
+_SWAPPED = {}  # optimizer class -> its table-training subclass
+
+
+class _TrainsTables:
+    """Mixed in before the optimizer's own class (see ``DynamicEmbeddingOptimizer``)."""
+
+    def compute_gradients(self, loss, var_list=None, **kwargs):
+        wrapped = None if var_list is None else [v for v in var_list if isinstance(v, lookups.TrainableWrapper)]
+        variables = None if var_list is None else [v for v in var_list if not isinstance(v, lookups.TrainableWrapper)]
+        dense = []
+        if variables is None and tf.compat.v1.trainable_variables() or variables:
+            dense = list(super().compute_gradients(loss, var_list=variables, **kwargs))
+        chosen = _trained_table_names(wrapped)
+        table_pairs = tables.table_gradients(loss)
+        return dense + [(gradient, rows) for gradient, rows in table_pairs if rows.table.name in chosen]
+
+    def apply_gradients(self, grads_and_vars, global_step=None, name=None):
+        grads_and_vars = list(grads_and_vars)
+        table_pairs = [(g, v) for g, v in grads_and_vars if tables.is_table_rows(v) and g is not None]
+        dense = [(g, v) for g, v in grads_and_vars if not tables.is_table_rows(v)]
+        step = global_step if global_step is not None else tf.compat.v1.train.get_global_step()
+        with tf.name_scope((name or self.get_name()) + "_tables"):
+            updates = tables.TableOptimizer(self).table_updates(table_pairs, step)
+        with tf.control_dependencies(updates):
+            if dense:
+                return super().apply_gradients(dense, global_step=global_step, name=name)
+            if global_step is None:
+                return tf.group(*updates)
+            return tf.compat.v1.assign_add(global_step, 1).op
+
+
+def _trained_table_names(wrappers) -> set:
+    """The tables the optimizer trains: every trainable one, or those of the given TrainableWrappers."""
+    trainable = {v.table.name for v in variable.variables_of_graph().values() if v.trainable}
+    if wrappers is None:
+        return trainable
+    return {w.params.table.name for w in wrappers} & trainable
+
+
+def DynamicEmbeddingOptimizer(self, bp_v2=False, synchronous=False, **kwargs):  # noqa: N802 (TFRA's name)
+    """Makes ``self`` (a tf.compat.v1.train optimizer) train the dynamic tables too, and returns it.
+
+    ``bp_v2`` changes nothing (updates are computed on the ps from the row there). ``synchronous`` was
+    TFRA's Horovod all-reduce: not served (use ps_toolkit's sync replicas).
+    """
+    del bp_v2, kwargs
+    if synchronous:
+        raise NotServedUseError("DynamicEmbeddingOptimizer(synchronous=True) is TFRA's Horovod all-reduce; not served")
+    if not isinstance(self, tf.compat.v1.train.Optimizer):
+        raise NotServedUseError(
+            f"DynamicEmbeddingOptimizer({type(self).__name__}): only tf.compat.v1.train optimizers are served "
+            "(Keras optimizers train TFRA's eager path)"
+        )
+    try:
+        tables.TableOptimizer(self).rule  # noqa: B018 - an optimizer the tables cannot apply is refused now
+    except ConfigError as err:
+        raise NotServedUseError(f"DynamicEmbeddingOptimizer: {err}") from None
+    cls = type(self)
+    if not issubclass(cls, _TrainsTables):
+        if cls not in _SWAPPED:
+            _SWAPPED[cls] = type(cls.__name__, (_TrainsTables, cls), {"__module__": cls.__module__})
+        self.__class__ = _SWAPPED[cls]
+    return self

@@ -1,0 +1,250 @@
+"""TFRA's ``dynamic_embedding.Variable`` and ``get_variable``, each Variable one ps_toolkit dynamic table.
+
+TFRA's arguments are all accepted as TFRA accepted them; what they become here:
+``devices`` one shard per entry (repeats allowed); ``partitioner`` is not used
+(ids go to shards by the table's own hash, which checkpoints re-shard by);
+``initializer`` see ``initializers``; ``trainable=False`` leaves the table out
+of training; ``checkpoint``, ``init_size``, ``shared_name``, ``bp_v2`` change
+nothing (the tables are always saved, grow as needed, and every update is
+computed on the ps from the row there, so the lost-update race ``bp_v2``
+fixes does not arise); ``kv_creator`` may be TFRA's default (Cuckoo) creator.
+"""
+
+from __future__ import annotations
+
+import weakref
+
+import tensorflow as tf
+
+from ps_toolkit import dynamic_embedding as tables
+from ps_toolkit_compat.tfra import errors, initializers, refused, restrict
+from ps_toolkit_compat.tfra.refused import NotServedUseError
+
+# graph -> {name: Variable}. Not a graph collection: an exported MetaGraph would list the names as
+# graph elements, and loading the SavedModel would fail on them.
+_VARIABLES_BY_GRAPH = weakref.WeakKeyDictionary()
+# The (key, value) dtype pairs TFRA's CPU table took; the values it could not train are not served here.
+TFRA_DTYPE_PAIRS = {
+    tf.int64: (tf.float32, tf.half, tf.bfloat16, tf.int32, tf.int8, tf.int64, tf.float64, tf.string),
+    tf.int32: (tf.float32, tf.int32, tf.float64, tf.bfloat16),
+    tf.string: (tf.float32, tf.half, tf.bfloat16, tf.int32, tf.int8, tf.int64, tf.float64, tf.bool),
+}
+SERVED_VALUE_DTYPES = (tf.float32, tf.float64, tf.half, tf.bfloat16)
+
+
+def default_partition_fn(keys, shard_num):
+    """TFRA's default partitioner, accepted for scripts that pass it; the tables shard by their own hash."""
+    return tf.cast(keys % shard_num, dtype=tf.int32)
+
+
+class CuckooHashTableConfig:
+    """TFRA's (empty) config of its default CPU table."""
+
+
+class KVCreator:
+    """TFRA's table-creator base class; only its default CPU creator is served."""
+
+    def __init__(self, config=None, saver=None):
+        if saver is not None:
+            raise NotServedUseError(f"kv_creator saver {saver!r}: {refused.FILES}")
+        self.config, self.saver = config, saver
+
+
+class CuckooHashTableCreator(KVCreator):
+    """TFRA's default CPU table: here, a ps_toolkit dynamic table (TensorFlow's MutableHashTable per shard)."""
+
+
+def variables_of_graph(graph=None) -> dict:
+    """{name: Variable} of the Variables made in ``graph`` (default: the default graph)."""
+    graph = graph or tf.compat.v1.get_default_graph()
+    return _VARIABLES_BY_GRAPH.setdefault(graph, {})
+
+
+def _check_dtypes(key_dtype, value_dtype) -> tuple[tf.DType, tf.DType]:
+    key_dtype, value_dtype = tf.as_dtype(key_dtype), tf.as_dtype(value_dtype)
+    if value_dtype not in TFRA_DTYPE_PAIRS.get(key_dtype, ()):
+        valid = [[key.name, value.name] for key, values in TFRA_DTYPE_PAIRS.items() for value in values]
+        raise errors.TfraTypeError(f"key-value dtype ({key_dtype.name}-{value_dtype.name}) is not support! {valid}")
+    if value_dtype not in SERVED_VALUE_DTYPES:
+        raise NotServedUseError(
+            f"a dynamic_embedding.Variable of {value_dtype.name} values is not served: the tables hold "
+            "trainable float rows (float32, float64, float16, bfloat16)"
+        )
+    return key_dtype, value_dtype
+
+
+def _check_creator(kv_creator) -> None:
+    if kv_creator is not None and type(kv_creator) is not CuckooHashTableCreator:
+        raise NotServedUseError(
+            f"kv_creator {type(kv_creator).__name__}: only TFRA's default CuckooHashTableCreator is served"
+        )
+
+
+def _devices_list(devices):
+    if devices is None:
+        return None  # the tables' default: every ps under the toolkit, else one shard where the session runs
+    return list(devices) if isinstance(devices, (list, tuple)) else [devices]
+
+
+class Variable:
+    """A TFRA dynamic embedding variable over one ps_toolkit dynamic table (``self.table``).
+
+    Example (TF1 graph mode, as in TFRA):
+        users = de.get_variable("user", dim=8, devices=["/job:ps/task:0", "/job:ps/task:1"])
+        rows = de.embedding_lookup(users, ids)
+    """
+
+    def __init__(
+        self,
+        key_dtype=tf.int64,
+        value_dtype=tf.float32,
+        dim=1,
+        devices=None,
+        partitioner=default_partition_fn,
+        shared_name=None,
+        name="DynamicEmbedding_Variable",
+        initializer=None,
+        trainable=True,
+        checkpoint=True,
+        init_size=0,
+        kv_creator=None,
+        restrict_policy=None,
+        bp_v2=False,
+        short_file_name=False,
+    ):
+        errors.require_graph_mode("dynamic_embedding.Variable")
+        self.key_dtype, self.value_dtype = _check_dtypes(key_dtype, value_dtype)
+        _check_creator(kv_creator)
+        self.dim, self.name, self.trainable = dim, name, trainable
+        self.partition_fn, self.shared_name = partitioner, shared_name or f"shared_name.{name}"
+        self.checkpoint, self.init_size, self.bp_v2 = checkpoint, int(init_size), bp_v2
+        self.short_file_name = short_file_name
+        self.kv_creator = kv_creator or CuckooHashTableCreator()
+        self.initializer = initializer
+        self._trainable_store = {}
+        table_key_dtype = tf.int64 if self.key_dtype == tf.int32 else self.key_dtype
+        # TFRA names a Variable exactly ``name``; get_table would add the variable scope again.
+        with tf.compat.v1.variable_scope(tf.compat.v1.VariableScope(reuse=None, name="")):
+            self.table = errors.translated(
+                lambda: tables.get_table(
+                    name,
+                    dim,
+                    key_dtype=table_key_dtype,
+                    value_dtype=self.value_dtype,
+                    initializer=initializers.rows_for(initializer, dim, name),
+                    devices=_devices_list(devices),
+                )
+            )
+        self.devices = [device or "" for device in self.table.devices]
+        self.shard_num = self.table.num_shards
+        self._restrict_policy = restrict.make_policy(restrict_policy, self)
+        variables_of_graph()[name] = self
+
+    @property
+    def restrict_policy(self):
+        return self._restrict_policy
+
+    @property
+    def trainable_store(self) -> dict:
+        return self._trainable_store
+
+    def get_trainable_by_name(self, name):
+        if not isinstance(name, str):
+            raise TypeError("name should be a string")
+        return self._trainable_store.get(name)
+
+    def table_ids(self, ids: tf.Tensor) -> tf.Tensor:
+        """``ids`` as the table takes them (int32 keys are kept as int64)."""
+        return tf.cast(ids, tf.int64) if self.key_dtype == tf.int32 else ids
+
+    def size(self, index=None, name=None):
+        """Rows in all shards, or in shard ``index``: an int64 scalar tensor."""
+        with tf.name_scope(name or "size"):
+            return self.table.size() if index is None else self.table.shard_sizes()[index]
+
+    def embedding_lookup(self, ids, name=None, max_norm=None, return_trainable=False):
+        from ps_toolkit_compat.tfra import lookups
+
+        return lookups.embedding_lookup(
+            self, ids, name=(name or "") + "/embedding_lookup", max_norm=max_norm, return_trainable=return_trainable
+        )
+
+    def lookup(self, keys, return_exists=False, name=None):
+        """The rows of ``keys`` (their initial rows where absent); never inserts."""
+        from ps_toolkit_compat.tfra import lookups
+
+        return lookups.read_rows(self, keys, return_exists=return_exists, name=name)
+
+    def export(self, name=None):
+        """(keys, values) of every row of every shard."""
+        with tf.name_scope(name or "export"):
+            parts = [shard.rows.export() for shard in self.table.shards]
+            keys = tf.concat([part[0] for part in parts], 0)
+            if self.key_dtype == tf.int32:
+                keys = tf.cast(keys, tf.int32)
+            return keys, tf.concat([part[1] for part in parts], 0)
+
+    def restrict(self, num_reserved, **kwargs):
+        """The op keeping ``num_reserved`` rows (``trigger=``: only when there are more than that); None without
+        a restrict policy, as in TFRA."""
+        if self._restrict_policy is None:
+            tf.compat.v1.logging.warning("Call restrict without setting restrict policy.")
+            return None
+        return self._restrict_policy.apply_restriction(num_reserved, **kwargs)
+
+    def __getattr__(self, name):
+        if name.startswith("__"):
+            raise AttributeError(name)
+        raise errors.not_served_member("Variable", name)
+
+    def __repr__(self):
+        return f"<dynamic_embedding.Variable {self.name!r} dim={self.dim} shards={self.shard_num}>"
+
+
+def get_variable(
+    name,
+    key_dtype=tf.int64,
+    value_dtype=tf.float32,
+    dim=1,
+    devices=None,
+    partitioner=default_partition_fn,
+    shared_name="get_variable",
+    initializer=None,
+    trainable=True,
+    checkpoint=True,
+    init_size=0,
+    kv_creator=None,
+    restrict_policy=None,
+    bp_v2=False,
+    short_file_name=False,
+):
+    """The Variable ``name`` in the current variable scope, made on first call (TFRA's get_variable)."""
+    errors.require_graph_mode("dynamic_embedding.get_variable")
+    scope = tf.compat.v1.get_variable_scope()
+    full_name = f"{scope.name}/{name}" if scope.name and not short_file_name else name
+    existing = variables_of_graph()
+    if full_name in existing:
+        if scope.reuse is False or scope.reuse is None:
+            raise errors.TfraValueError(
+                f"Variable {full_name} already exists, disallowed. Did you mean to set reuse=True or "
+                "reuse=tf.AUTO_REUSE in VarScope?"
+            )
+        return existing[full_name]
+    variable = Variable(
+        key_dtype=key_dtype,
+        value_dtype=value_dtype,
+        dim=dim,
+        devices=devices,
+        partitioner=partitioner,
+        shared_name=shared_name,
+        name=full_name,
+        initializer=initializer,
+        trainable=trainable,
+        checkpoint=checkpoint,
+        init_size=init_size,
+        kv_creator=kv_creator,
+        restrict_policy=restrict_policy,
+        bp_v2=bp_v2,
+        short_file_name=short_file_name,
+    )
+    return variable
