@@ -1,6 +1,7 @@
 """Private per-user state (base.paths) and per-user port locks (launch.ports): no cluster needed."""
 
 import os
+import socket
 import stat
 
 import pytest
@@ -127,3 +128,22 @@ def test_the_default_port_lock_folder_is_private(private_tmp):
         lock_dir = private_tmp / f"ps_toolkit-{os.getuid()}" / "ports"
         assert (lock_dir / f"{reservation.ports[0]}.lock").exists()
         assert stat.S_IMODE(os.lstat(lock_dir).st_mode) == 0o700
+
+
+def test_a_socket_deeper_than_a_socket_address_holds_is_bound_and_reached(tmp_path):
+    folder = tmp_path / ("d" * 60) / ("e" * 60)
+    folder.mkdir(parents=True)
+    path = str(folder / "server.sock")
+    assert len(path) > 108
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    client = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        with paths.socket_address(path) as address:
+            listener.bind(address)
+        listener.listen(1)
+        with paths.socket_address(path) as address:
+            client.connect(address)
+        assert os.path.exists(path)
+    finally:
+        client.close()
+        listener.close()

@@ -20,6 +20,7 @@ checkout (with its ``scripts/``) or site-packages.
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import os
 import re
@@ -167,3 +168,21 @@ def _in_use(path: str) -> bool:
     finally:
         os.close(fd)
     return False
+
+
+# sockaddr_un's sun_path holds 108 bytes, the terminating NUL included.
+_SOCKET_PATH_MAX = 107
+
+
+@contextlib.contextmanager
+def socket_address(path: str):
+    """``path`` as a Unix socket address for bind or connect: itself, or, when it is longer than a
+    socket address can hold (a deep $TMPDIR), the same file reached through a descriptor of its folder."""
+    if len(os.fsencode(path)) <= _SOCKET_PATH_MAX:
+        yield path
+        return
+    folder = os.open(os.path.dirname(path) or ".", os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        yield f"/proc/self/fd/{folder}/{os.path.basename(path)}"
+    finally:
+        os.close(folder)

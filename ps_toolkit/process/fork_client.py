@@ -30,7 +30,7 @@ import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 
-from ps_toolkit.base import tf_import
+from ps_toolkit.base import paths, tf_import
 from ps_toolkit.base.paths import PACKAGE_PARENT
 from ps_toolkit.process import fork_protocol, lifecycle, server_trust
 
@@ -143,7 +143,8 @@ class ForkServer:
         sock = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         sock.settimeout(HOST_ANSWER_SECS)  # a full backlog blocks connect()
         try:
-            sock.connect(address)
+            with paths.socket_address(address) as short_address:
+                sock.connect(short_address)
             refusal = server_trust.peer_refusal(sock, address)
         except OSError as err:
             refusal = f"nothing listens at {address} ({err.strerror or f'no answer within {HOST_ANSWER_SECS:g} s'})"

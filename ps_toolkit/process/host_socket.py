@@ -40,7 +40,8 @@ def listen(path: str) -> socket.socket:
         probe = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         probe.settimeout(_PROBE_SECS)
         try:
-            probe.connect(path)
+            with paths.socket_address(path) as address:
+                probe.connect(address)
             ours = server_trust.peer_uid_pid(probe)[0] == os.getuid()
         except OSError:  # refused, gone, or stalled past its backlog: left by a server that died
             ours = False
@@ -52,7 +53,8 @@ def listen(path: str) -> socket.socket:
     listener = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
     old_umask = os.umask(0o077)
     try:
-        listener.bind(path)
+        with paths.socket_address(path) as address:
+            listener.bind(address)
     finally:
         os.umask(old_umask)
     listener.listen(64)

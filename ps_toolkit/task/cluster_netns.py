@@ -116,7 +116,8 @@ def _connect(socket_path: str) -> socket.socket | None:
     """A connection to the cluster's live keeper, or None (none, or a dead one's socket: removed)."""
     sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     try:
-        sock.connect(socket_path)
+        with paths.socket_address(socket_path) as address:
+            sock.connect(address)
     except (FileNotFoundError, ConnectionRefusedError):
         sock.close()
         try:

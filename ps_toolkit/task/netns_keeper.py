@@ -20,6 +20,7 @@ import signal
 import socket
 import sys
 
+from ps_toolkit.base import paths
 from ps_toolkit.task import netns
 
 # A keeper nobody joined (its starter died before connecting) goes away after this.
@@ -34,7 +35,8 @@ def main(argv: list[str]) -> int:
         signal.signal(number, signal.SIG_IGN)
     listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     try:
-        listener.bind(socket_path)
+        with paths.socket_address(socket_path) as address:
+            listener.bind(address)
         listener.listen(64)
         netns.enter_private_network()
     except (OSError, netns.NamespaceUnavailable) as err:
