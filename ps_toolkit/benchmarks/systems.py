@@ -130,16 +130,8 @@ def tasks(config: Config, ports: list[int], checkpoint_dir: str, data_dir: str) 
         Task(f"ps{i}", [*common, "--job_name=ps", f"--task_index={i}"], must_finish=config.system != RAW, fork=fork)
         for i in range(config.num_ps)
     ]
-    # The raw ctr script's other workers start once its chief has trained a step, as its
-    # users start them: started with it, they would find no model and sleep TF's 30 s.
-    after = ("worker0", "first_step") if config.system == RAW and config.model == CTR else None
     result += [
-        Task(
-            f"worker{i}",
-            [*common, "--job_name=worker", f"--task_index={i}"],
-            fork=fork,
-            start_after=after if i else None,
-        )
+        Task(f"worker{i}", [*common, "--job_name=worker", f"--task_index={i}"], fork=fork)
         for i in range(config.num_workers)
     ]
     return result

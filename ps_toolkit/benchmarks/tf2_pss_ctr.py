@@ -56,7 +56,10 @@ def _coordinate() -> None:
     def dataset_fn(input_context):
         return ctr_data.dataset(input_context.input_pipeline_id + 1, law, shape)
 
-    iterator = iter(coordinator.create_per_worker_dataset(dataset_fn))
+    # TF's documented pattern: the input context tells each worker its pipeline, hence its seed.
+    iterator = iter(
+        coordinator.create_per_worker_dataset(lambda: strategy.distribute_datasets_from_function(dataset_fn))
+    )
 
     @tf.function
     def train_step(iterator):
