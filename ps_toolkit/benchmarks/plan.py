@@ -18,7 +18,10 @@ from ps_toolkit.benchmarks.systems import (
 
 MODEL_NAMES = ("softmax", "mlp", "wide", "embedding", CTR)
 # Global steps per run: a few seconds of training each on a 2-core machine.
-TRAIN_STEPS = {"softmax": 3000, "mlp": 1500, "wide": 300, "embedding": 600, CTR: 400}
+TRAIN_STEPS = {"softmax": 3000, "mlp": 1500, "wide": 300, "embedding": 600, CTR: 2000}
+# TF2's coordinator schedules every step from Python: a fifth as many keeps its runs short.
+# Its AUC is then after fewer examples than the others' (the record says how many steps).
+CTR_TF2_STEPS_FRACTION = 0.2
 CTR_LAWS = ("uniform", "zipf1.05", "zipf1.2")
 # The ctr model's size: 26 x 1M x 8 float32 = 832 MB of tables (416 MB per ps).
 CTR_VOCAB, CTR_DIM = 1_000_000, 8
@@ -30,12 +33,23 @@ TOPOLOGIES = ((1, 1), (1, 2), (2, 2))
 NEAR_WEIGHTS_MODELS = ("mlp", "wide")
 
 
-def ctr_configs(steps_scale: float = 1.0, vocab: int = CTR_VOCAB, dim: int = CTR_DIM, full: bool = False) -> list:
+# ps_toolkit's ctr levers, each turned off (or the opt-in one on) alone: --ctr_levers adds them at zipf1.05.
+CTR_LEVERS = (("--nounique_ids",), ("--nogroup_lookups",), ("--steps_per_run=1",), ("--wire_dtype=bfloat16",))
+
+
+def ctr_configs(
+    steps_scale: float = 1.0, vocab: int = CTR_VOCAB, dim: int = CTR_DIM, full: bool = False, levers: bool = False
+) -> list:
     """The ctr model at 2 ps + 2 workers, async: every system and id law with a table per field, and
-    the shared table (ps_toolkit and raw TF1 at zipf1.05; every system and law with ``full``)."""
+    the shared table (ps_toolkit and raw TF1 at zipf1.05; every system and law with ``full``);
+    with ``levers``, ps_toolkit with each of ``CTR_LEVERS`` at zipf1.05."""
     steps = _steps(CTR, steps_scale)
+
+    def of(system):
+        return max(20, int(steps * CTR_TF2_STEPS_FRACTION)) if system == TF2 else steps
+
     configs = [
-        Config(s, CTR, ASYNC, *EMBEDDING_TOPOLOGY, steps, ctr=CtrVariant(law, "per_field", vocab, dim))
+        Config(s, CTR, ASYNC, *EMBEDDING_TOPOLOGY, of(s), ctr=CtrVariant(law, "per_field", vocab, dim))
         for law in CTR_LAWS
         for s in (TOOLKIT, RAW, TF2)
     ]
@@ -45,13 +59,18 @@ def ctr_configs(steps_scale: float = 1.0, vocab: int = CTR_VOCAB, dim: int = CTR
         else [(TOOLKIT, "zipf1.05"), (RAW, "zipf1.05")]
     )
     configs += [
-        Config(s, CTR, ASYNC, *EMBEDDING_TOPOLOGY, steps, ctr=CtrVariant(law, "shared", vocab, dim))
+        Config(s, CTR, ASYNC, *EMBEDDING_TOPOLOGY, of(s), ctr=CtrVariant(law, "shared", vocab, dim))
         for s, law in shared
     ]
+    if levers:
+        variant = CtrVariant("zipf1.05", "per_field", vocab, dim)
+        configs += [Config(TOOLKIT, CTR, ASYNC, *EMBEDDING_TOPOLOGY, steps, lever, ctr=variant) for lever in CTR_LEVERS]
     return configs
 
 
-def quick(models=MODEL_NAMES, steps_scale: float = 1.0, ctr_sizes: tuple = (CTR_VOCAB, CTR_DIM)) -> list[Config]:
+def quick(
+    models=MODEL_NAMES, steps_scale: float = 1.0, ctr_sizes: tuple = (CTR_VOCAB, CTR_DIM), ctr_levers: bool = False
+) -> list[Config]:
     """The configurations the targets are stated for (1 ps + 2 workers), plus mlp sync and one step per run."""
     configs = []
     dense = [model for model in models if model not in ("embedding", CTR)]
@@ -71,17 +90,19 @@ def quick(models=MODEL_NAMES, steps_scale: float = 1.0, ctr_sizes: tuple = (CTR_
             for s in (TOOLKIT, RAW, TF2)
         ]
     if CTR in models:
-        configs += ctr_configs(steps_scale, *ctr_sizes)
+        configs += ctr_configs(steps_scale, *ctr_sizes, levers=ctr_levers)
     return configs
 
 
-def full(models=MODEL_NAMES, steps_scale: float = 1.0, ctr_sizes: tuple = (CTR_VOCAB, CTR_DIM)) -> list[Config]:
+def full(
+    models=MODEL_NAMES, steps_scale: float = 1.0, ctr_sizes: tuple = (CTR_VOCAB, CTR_DIM), ctr_levers: bool = False
+) -> list[Config]:
     """Every system on every model, topology and mode (TF2's strategy: async only)."""
     configs = []
     for model in models:
         steps = _steps(model, steps_scale)
         if model == CTR:
-            configs += ctr_configs(steps_scale, *ctr_sizes, full=True)
+            configs += ctr_configs(steps_scale, *ctr_sizes, full=True, levers=ctr_levers)
             continue
         if model == "embedding":
             configs += [Config(s, model, ASYNC, *EMBEDDING_TOPOLOGY, steps) for s in (TOOLKIT, RAW, TF2)]

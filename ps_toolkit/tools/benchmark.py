@@ -33,6 +33,10 @@ _MAIN_JOB = flags.DEFINE_integer(
 _MEASURE_S = flags.DEFINE_float("measure_s", 4.0, "Timing window of the runs measured by time (the raw script).")
 _CTR_VOCAB = flags.DEFINE_integer("ctr_vocab", plan.CTR_VOCAB, "The ctr model's ids per field.")
 _CTR_DIM = flags.DEFINE_integer("ctr_dim", plan.CTR_DIM, "The ctr model's embedding width.")
+_CTR_LEVERS = flags.DEFINE_boolean(
+    "ctr_levers", False, "Also ps_toolkit on the ctr model with each of its levers changed alone (zipf1.05)."
+)
+_CTR_TF2_UNIFORM = flags.DEFINE_boolean("ctr_tf2_uniform", True, "TF2's strategy on the ctr model's uniform ids too.")
 
 
 def _main(argv):
@@ -46,7 +50,9 @@ def _main(argv):
             raise app.UsageError(f"--{name}={flag.value} must be positive")
     make = plan.quick if _QUICK.value else plan.full
     models, sizes = tuple(_MODELS.value), (_CTR_VOCAB.value, _CTR_DIM.value)
-    configs = [c for c in make(models, _STEPS_SCALE.value, sizes) if c.system in _SYSTEMS.value]
+    configs = [c for c in make(models, _STEPS_SCALE.value, sizes, _CTR_LEVERS.value) if c.system in _SYSTEMS.value]
+    if not _CTR_TF2_UNIFORM.value:  # the targets at uniform ids are against the raw script only
+        configs = [c for c in configs if not (c.ctr and c.system == systems.TF2 and c.ctr.ids == "uniform")]
     budget = _BUDGET.value if _BUDGET.value is not None else (480.0 if _QUICK.value else 3 * 3600.0)
     started = time.monotonic()
     network = _private_network()
