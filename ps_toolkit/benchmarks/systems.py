@@ -76,9 +76,11 @@ def run_options(config: Config, measure_s: float) -> dict:
     worker is past warm-up, then stopped.
     """
     if config.system == RAW:
-        # The ctr script's chief prints its AUC once past the steps the others train: wait for it.
-        wait_for = "evaluated" if config.model == CTR else None
-        return {"end_after_warm": (config.num_workers, measure_s), "exit_grace_s": 0.0, "wait_for_event": wait_for}
+        options = {"end_after_warm": (config.num_workers, measure_s), "exit_grace_s": 0.0}
+        if config.model == CTR:
+            # Its chief prints its AUC once past the steps the others train: wait for it.
+            options["wait_for_event"] = "evaluated"
+        return options
     return {}
 
 
