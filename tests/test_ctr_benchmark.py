@@ -31,7 +31,7 @@ def test_batches_are_deterministic_by_seed_and_index_and_in_range():
     assert not np.array_equal(first["ids"], other["ids"])
     assert first["ids"].shape == (TINY.batch_size, ctr_data.FIELDS)
     assert first["dense"].shape == (TINY.batch_size, ctr_data.DENSE_FEATURES)
-    assert 0 <= first["ids"].min() and first["ids"].max() < TINY.vocab
+    assert first["ids"].min() >= 0 and first["ids"].max() < TINY.vocab
     assert 0.2 < labels.mean() < 0.8  # both classes: AUC means something
 
 
@@ -57,7 +57,9 @@ def _lookup_and_gradients(options, shared_rows=False):
     with graph.as_default():
         partitioner = tf.compat.v1.fixed_size_partitioner(2)
         init = tf.compat.v1.random_normal_initializer(seed=3)
-        tables = [tf.compat.v1.get_variable(f"t{i}", [10, 3], initializer=init, partitioner=partitioner) for i in (0, 1)]
+        tables = [
+            tf.compat.v1.get_variable(f"t{i}", [10, 3], initializer=init, partitioner=partitioner) for i in (0, 1)
+        ]
         ids = [tf.constant([[1, 7, 1], [7, 7, 2]], tf.int64), tf.constant([9, 0, 9, 9], tf.int64)]
         rows = sparse_lookup.embedding_lookups(tables, ids, options)
         reference = [tf.nn.embedding_lookup(t, i) for t, i in zip(tables, ids, strict=True)]
