@@ -11,6 +11,14 @@ from ps_toolkit.launch.local_cluster import InProcessCluster, LocalCluster, Task
 from ps_toolkit.training.config import TrainConfig
 from ps_toolkit.training.model_api import InputContext, ModeKeys, ModelDefinition, ModelSpec
 
+
+def embedding_lookups(tables, ids, options=None):
+    """Rows of each table at its ids, each distinct row moved once, one transfer per ps (training/sparse_lookup.py)."""
+    from ps_toolkit.training import sparse_lookup  # TensorFlow only when a model is built
+
+    return sparse_lookup.embedding_lookups(tables, ids, options)
+
+
 __all__ = [
     "ClusterConfig",
     "ConfigError",
@@ -24,6 +32,7 @@ __all__ = [
     "TaskFailedError",
     "ToolkitError",
     "TrainConfig",
+    "embedding_lookups",
     "resolve",
     "train",
 ]

@@ -82,6 +82,15 @@ def define_training_flags() -> None:
     flags.DEFINE_boolean(
         "pack_transfers", True, "Move the small parameters and their gradients as one tensor per ps each way."
     )
+    flags.DEFINE_boolean(
+        "unique_ids", True, "ps_toolkit.embedding_lookups: look up each distinct id once per step, sum its gradient."
+    )
+    flags.DEFINE_boolean(
+        "group_lookups", True, "ps_toolkit.embedding_lookups: all the tables' rows in one transfer per ps each way."
+    )
+    flags.DEFINE_enum(
+        "wire_dtype", "float32", ["float32", "bfloat16"], "ps_toolkit.embedding_lookups: rows on the wire as this."
+    )
     flags.DEFINE_float(
         "readiness_poll_secs",
         0.2,
@@ -178,6 +187,9 @@ def train_config_from_flags() -> TrainConfig:
         watchdog_secs=FLAGS.watchdog_secs,
         compute_near_weights=FLAGS.compute_near_weights,
         pack_transfers=FLAGS.pack_transfers,
+        unique_ids=FLAGS.unique_ids,
+        group_lookups=FLAGS.group_lookups,
+        wire_dtype=FLAGS.wire_dtype,
         data_dir=FLAGS.data_dir,
     )
 

@@ -57,6 +57,8 @@ class TaskResult:
     lines: list = dataclasses.field(default_factory=list)
     # CPU seconds of every running task, sampled as each marker line arrived: (marker, {task: cpu_s}).
     cpu_samples: list = dataclasses.field(default_factory=list)
+    # Bytes sent on loopback so far, at the same markers (run_cluster's count_loopback).
+    loopback_samples: list = dataclasses.field(default_factory=list)
     stderr_tail: str = ""
     returncode: int | None = None
     exited_at: float | None = None
@@ -85,25 +87,34 @@ class ClusterOutcome:
 
 
 def run_cluster(
-    tasks: list[Task], *, timeout_s: float, exit_grace_s: float, end_after_warm: tuple | None = None
+    tasks: list[Task],
+    *,
+    timeout_s: float,
+    exit_grace_s: float,
+    end_after_warm: tuple | None = None,
+    wait_for_event: str | None = None,
+    count_loopback: bool = False,
 ) -> ClusterOutcome:
     """Starts ``tasks``, waits for training to end and every process to exit (bounded), kills the rest.
 
     ``end_after_warm=(replicas, seconds)`` also ends training ``seconds`` after
-    ``replicas`` tasks printed their ``warm`` marker (for a run measured by time).
+    ``replicas`` tasks printed their ``warm`` marker (for a run measured by time),
+    but not before some task printed a ``wait_for_event`` marker, when given.
+    ``count_loopback``: at each marker also read the bytes sent on loopback so far
+    (``TaskResult.loopback_samples``); meaningful only in a private network namespace.
     """
     env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", PYTHONUNBUFFERED="1", PYTHONPATH=PACKAGE_PARENT)
     launched_at = time.time()
     deadline = time.monotonic() + timeout_s
     # A fresh server per run: its import is charged to this run, as a launch pays it.
     server = ForkServer(env) if any(task.fork for task in tasks) else None
-    run = _Run(env, server)
+    run = _Run(env, server, count_loopback)
     try:
         for task in tasks:
             if task.start_after is None:
                 run.start(task)
         _start_when_due(run, [t for t in tasks if t.start_after], deadline)
-        over_at = _wait_for_end(run, deadline, end_after_warm)
+        over_at = _wait_for_end(run, deadline, end_after_warm, wait_for_event)
         _wait_for_exits(run, min(deadline, time.monotonic() + exit_grace_s))
     finally:
         run.end()
@@ -118,8 +129,8 @@ def run_cluster(
 class _Run:
     """The started tasks of one run: their processes (one ProcessGroup), stdout lines, stderr logs, results."""
 
-    def __init__(self, env: dict, server: ForkServer | None):
-        self.env, self.server = env, server
+    def __init__(self, env: dict, server: ForkServer | None, count_loopback: bool = False):
+        self.env, self.server, self.count_loopback = env, server, count_loopback
         self.results: dict[str, TaskResult] = {}  # started tasks only
         self.group = ProcessGroup(TaskStarter("exec"), stop_grace_secs=0.0)
         self._logs: dict = {}
@@ -186,6 +197,8 @@ class _Run:
             result.lines.append(line)
             if line.startswith(protocol.MARKER):
                 result.cpu_samples.append((protocol.parse_markers([line])[0], _cpu_seconds(self.group)))
+                if self.count_loopback:
+                    result.loopback_samples.append(loopback_bytes())
 
 
 def _start_when_due(run: _Run, waiting: list, deadline: float) -> None:
@@ -215,9 +228,10 @@ def _training_over(results: dict) -> bool:
     return all(r.exited_at is not None for r in finishing)
 
 
-def _wait_for_end(run: _Run, deadline: float, end_after_warm) -> float | None:
+def _wait_for_end(run: _Run, deadline: float, end_after_warm, wait_for_event=None) -> float | None:
     while not _training_over(run.results):
-        if end_after_warm is not None:
+        waiting = wait_for_event is not None and not any(_seen(run.results, n, wait_for_event) for n in run.results)
+        if end_after_warm is not None and not waiting:
             replicas, seconds = end_after_warm
             warm = [m["time"] for r in run.results.values() for m in r.markers if m["event"] == "warm"]
             if len(warm) >= replicas:
@@ -239,6 +253,16 @@ def _wait_for_exits(run: _Run, deadline: float) -> None:
         if left <= 0:
             return
         run.wait(left)
+
+
+def loopback_bytes() -> int:
+    """Bytes sent on this network namespace's loopback so far (each is received once too)."""
+    with open("/proc/net/dev", encoding="utf-8") as handle:
+        for line in handle:
+            name, _, counters = line.partition(":")
+            if name.strip() == "lo":
+                return int(counters.split()[8])
+    raise RuntimeError("no loopback in /proc/net/dev")
 
 
 def _cpu_seconds(group: ProcessGroup) -> dict:

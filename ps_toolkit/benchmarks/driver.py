@@ -8,7 +8,7 @@ import shutil
 import tempfile
 import time
 
-from ps_toolkit.benchmarks import measure, systems
+from ps_toolkit.benchmarks import ctr_bytes, measure, systems
 from ps_toolkit.benchmarks.cluster_run import ClusterRunError, run_cluster
 from ps_toolkit.benchmarks.synthetic import MODELS, write_idx_dir
 from ps_toolkit.launch.ports import reserve_ports
@@ -23,6 +23,7 @@ class Limits:
     run_timeout_s: float = 180.0
     exit_grace_s: float = 10.0  # after training ends, a process still running this long is killed
     measure_s: float = 4.0  # timing window of runs measured by time (the raw script)
+    count_loopback: bool = False  # the runs' loopback carries only their own traffic (a private namespace)
 
 
 def run_plan(configs: list, limits: Limits) -> list[dict]:
@@ -65,7 +66,11 @@ def run_once(config: systems.Config, limits: Limits, data_dir: str) -> measure.R
         # it once was), a concurrent launch on this machine, such as another test
         # run, could take the same port, and gRPC's SO_REUSEPORT lets two servers share it.
         with reserve_ports(max(config.num_ports, 1)) as reservation:
-            options = {"timeout_s": limits.run_timeout_s, "exit_grace_s": limits.exit_grace_s}
+            options = {
+                "timeout_s": limits.run_timeout_s,
+                "exit_grace_s": limits.exit_grace_s,
+                "count_loopback": limits.count_loopback,
+            }
             options.update(systems.run_options(config, limits.measure_s))
             task_list = systems.tasks(config, list(reservation.ports), checkpoint_dir, data_dir)
             outcome = run_cluster(task_list, **options)
@@ -76,8 +81,10 @@ def run_once(config: systems.Config, limits: Limits, data_dir: str) -> measure.R
 
 def record(config: systems.Config, runs: list, failures: list) -> dict:
     """One results.json record: the configuration, the summary, bytes and bandwidth."""
-    spec = MODELS[config.model]
     summary = measure.summarize(runs)
+    if config.model == systems.CTR:
+        return ctr_record(config, summary, failures)
+    spec = MODELS[config.model]
     moved = 0 if config.system == systems.SINGLE else spec.bytes_per_step
     return {
         "system": config.system,
@@ -94,6 +101,33 @@ def record(config: systems.Config, runs: list, failures: list) -> dict:
     }
 
 
+def ctr_record(config: systems.Config, summary: dict, failures: list) -> dict:
+    """A ctr record: the issue's names (ids, cpu_ms_per_example, measured bytes against the unique rows, auc)."""
+    variant = config.ctr
+    batch_size, _ = systems.batch_and_rate(config.model)
+    cpu = summary["cpu_ms_per_step"]
+    needed = ctr_bytes.needed_bytes_per_step(variant.ids, variant.vocab, variant.dim, batch_size)
+    moved = summary.pop("measured_bytes_per_step")
+    return {
+        "system": config.system,
+        "model": config.model,
+        "ids": variant.ids,
+        "tables": variant.tables,
+        "mode": config.mode,
+        "num_ps": config.num_ps,
+        "num_workers": config.num_workers,
+        **summary,
+        "cpu_ms_per_example": None if cpu is None else round(cpu / batch_size, 4),
+        "bytes_per_step": moved,
+        **needed,
+        "bytes_over_needed": None if moved is None else round(moved / needed["needed_bytes_per_step"], 3),
+        "variant": " ".join(config.extra_flags),
+        "train_steps": config.train_steps,
+        "failures": failures,
+    }
+
+
 def _label(config) -> str:
     extra = f" {' '.join(config.extra_flags)}" if config.extra_flags else ""
+    extra += f" {config.ctr.ids} {config.ctr.tables}" if config.ctr else ""
     return f"{config.system}{extra} {config.model} {config.mode} {config.num_ps}ps+{config.num_workers}w"

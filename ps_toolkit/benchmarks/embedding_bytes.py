@@ -16,20 +16,11 @@ import tempfile
 
 from absl import app, flags
 
+from ps_toolkit.benchmarks.cluster_run import loopback_bytes
 from ps_toolkit.benchmarks.synthetic import EMBEDDING
 from ps_toolkit.task import netns
 
 _STEPS = flags.DEFINE_integer("steps", 200, "Global steps per mode, the first fifth not counted.")
-
-
-def loopback_bytes() -> int:
-    """Bytes sent on this namespace's loopback so far (each is received once too)."""
-    with open("/proc/net/dev", encoding="utf-8") as handle:
-        for line in handle:
-            name, _, counters = line.partition(":")
-            if name.strip() == "lo":
-                return int(counters.split()[8])
-    raise RuntimeError("no loopback in /proc/net/dev")
 
 
 def measure(mode: dict, steps: int) -> dict:

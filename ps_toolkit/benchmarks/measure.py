@@ -24,19 +24,24 @@ class RunFigures:
     startup_first_s: float | None = None  # launch until the first step anywhere
     # The same per task (ps0, worker0, ...): where the CPU goes.
     cpu_ms_per_step_by_task: dict | None = None
+    # Bytes all tasks sent each other per global step over the same window (a run counting loopback only).
+    bytes_per_step: float | None = None
+    auc: float | None = None  # the evaluation's ROC AUC, where a task printed one
 
 
 def figures(outcome: ClusterOutcome) -> RunFigures:
     """Aggregate global steps/s from the moment every replica is past warm-up to the first ``done``."""
     points = sorted(
         (
-            (marker["time"], marker["global_step"], marker["event"], name, cpu)
+            (marker["time"], marker["global_step"], marker["event"], name, cpu, loopback)
             for name, r in outcome.results.items()
-            for marker, cpu in r.cpu_samples
+            for (marker, cpu), loopback in zip(r.cpu_samples, _loopback_or_none(r), strict=True)
             if marker["time"] is not None  # the ``done`` of a replica that ran no step
         ),
         key=lambda point: point[0],
     )
+    loopback_at = {(p[0], p[3]): p[5] for p in points}
+    points = [p[:5] for p in points]
     replicas = {name for name, r in outcome.results.items() if r.markers}
     firsts = {name: t for t, _, event, name, _ in points if event == "first_step"}
     warm = {name: (t, step, cpu) for t, step, event, name, cpu in points if event == "warm"}
@@ -60,6 +65,8 @@ def figures(outcome: ClusterOutcome) -> RunFigures:
     exits = [r.exited_at for r in outcome.results.values()]
     accuracies = [r.markers[-1].get("accuracy") for r in outcome.results.values() if r.markers]
     accuracies = [a for a in accuracies if a is not None]
+    aucs = [m["auc"] for r in outcome.results.values() for m in r.markers if m.get("auc") is not None]
+    moved = _bytes_per_step(points, loopback_at, start_t, start_step, end_t)
     by_task = _cpu_ms_by_task(start_cpu, cpu_points[-1][4], cpu_points[-1][1] - start_step) if cpu_points else None
     return RunFigures(
         steps_per_sec=(end_step - start_step) / max(end_t - start_t, 1e-9),
@@ -71,7 +78,28 @@ def figures(outcome: ClusterOutcome) -> RunFigures:
         cpu_ms_per_step=sum(by_task.values()) if by_task else None,
         startup_first_s=min(firsts.values()) - outcome.launched_at,
         cpu_ms_per_step_by_task=by_task,
+        bytes_per_step=moved,
+        auc=aucs[-1] if aucs else None,
     )
+
+
+def _loopback_or_none(result) -> list:
+    """The loopback byte counts at each marker, or None for each where none were counted."""
+    samples = result.loopback_samples
+    return samples if len(samples) == len(result.cpu_samples) else [None] * len(result.cpu_samples)
+
+
+def _bytes_per_step(points, loopback_at: dict, start_t: float, start_step: int, end_t: float) -> float | None:
+    """Loopback bytes per global step from the window's start to its last tick (printed while training:
+    a ``done`` line comes after the final evaluation, whose reads are not a step's)."""
+    start = next((p for p in points if p[0] == start_t and p[2] == "warm"), None)
+    ticks = [p for p in points if p[2] == "tick" and start_t < p[0] <= end_t and p[1] > start_step]
+    if start is None or not ticks:
+        return None
+    first, last = loopback_at.get((start[0], start[3])), loopback_at.get((ticks[-1][0], ticks[-1][3]))
+    if first is None or last is None:
+        return None
+    return (last - first) / (ticks[-1][1] - start_step)
 
 
 def _late_joiners(replicas, firsts, warm) -> str:
@@ -102,6 +130,8 @@ def summarize(runs: list[RunFigures]) -> dict:
         "accuracy": round(statistics.median(accuracies), 4) if accuracies else None,
         "cpu_ms_per_step": _median_or_none([r.cpu_ms_per_step for r in runs], 3),
         "cpu_ms_per_step_by_task": _median_by_task([r.cpu_ms_per_step_by_task for r in runs]),
+        "measured_bytes_per_step": _median_or_none([r.bytes_per_step for r in runs], 0),
+        "auc": _median_or_none([r.auc for r in runs], 4),
         "repetitions": len(runs),
     }
 

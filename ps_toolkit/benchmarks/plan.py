@@ -2,11 +2,29 @@
 
 from __future__ import annotations
 
-from ps_toolkit.benchmarks.systems import ASYNC, RAW, SINGLE, SYNC, TF2, TOOLKIT, TOOLKIT_1STEP, TOOLKIT_NEAR, Config
+from ps_toolkit.benchmarks.systems import (
+    ASYNC,
+    CTR,
+    RAW,
+    SINGLE,
+    SYNC,
+    TF2,
+    TOOLKIT,
+    TOOLKIT_1STEP,
+    TOOLKIT_NEAR,
+    Config,
+    CtrVariant,
+)
 
-MODEL_NAMES = ("softmax", "mlp", "wide", "embedding")
+MODEL_NAMES = ("softmax", "mlp", "wide", "embedding", CTR)
 # Global steps per run: a few seconds of training each on a 2-core machine.
-TRAIN_STEPS = {"softmax": 3000, "mlp": 1500, "wide": 300, "embedding": 600}
+TRAIN_STEPS = {"softmax": 3000, "mlp": 1500, "wide": 300, "embedding": 600, CTR: 2000}
+# TF2's coordinator schedules every step from Python: a fifth as many keeps its runs short.
+# Its AUC is then after fewer examples than the others' (the record says how many steps).
+CTR_TF2_STEPS_FRACTION = 0.2
+CTR_LAWS = ("uniform", "zipf1.05", "zipf1.2")
+# The ctr model's size: 26 x 1M x 8 float32 = 832 MB of tables (416 MB per ps).
+CTR_VOCAB, CTR_DIM = 1_000_000, 8
 # The embedding model's table is stated split over 2 ps (ps_toolkit/benchmarks/embedding_model.py).
 EMBEDDING_TOPOLOGY = (2, 2)
 TOPOLOGIES = ((1, 1), (1, 2), (2, 2))
@@ -15,10 +33,47 @@ TOPOLOGIES = ((1, 1), (1, 2), (2, 2))
 NEAR_WEIGHTS_MODELS = ("mlp", "wide")
 
 
-def quick(models=MODEL_NAMES, steps_scale: float = 1.0) -> list[Config]:
+# ps_toolkit's ctr levers, each turned off (or the opt-in one on) alone: --ctr_levers adds them at zipf1.05.
+CTR_LEVERS = (("--nounique_ids",), ("--nogroup_lookups",), ("--steps_per_run=1",), ("--wire_dtype=bfloat16",))
+
+
+def ctr_configs(
+    steps_scale: float = 1.0, vocab: int = CTR_VOCAB, dim: int = CTR_DIM, full: bool = False, levers: bool = False
+) -> list:
+    """The ctr model at 2 ps + 2 workers, async: every system and id law with a table per field, and
+    the shared table (ps_toolkit and raw TF1 at zipf1.05; every system and law with ``full``);
+    with ``levers``, ps_toolkit with each of ``CTR_LEVERS`` at zipf1.05."""
+    steps = _steps(CTR, steps_scale)
+
+    def of(system):
+        return max(20, int(steps * CTR_TF2_STEPS_FRACTION)) if system == TF2 else steps
+
+    configs = [
+        Config(s, CTR, ASYNC, *EMBEDDING_TOPOLOGY, of(s), ctr=CtrVariant(law, "per_field", vocab, dim))
+        for law in CTR_LAWS
+        for s in (TOOLKIT, RAW, TF2)
+    ]
+    shared = (
+        [(s, law) for law in CTR_LAWS for s in (TOOLKIT, RAW, TF2)]
+        if full
+        else [(TOOLKIT, "zipf1.05"), (RAW, "zipf1.05")]
+    )
+    configs += [
+        Config(s, CTR, ASYNC, *EMBEDDING_TOPOLOGY, of(s), ctr=CtrVariant(law, "shared", vocab, dim))
+        for s, law in shared
+    ]
+    if levers:
+        variant = CtrVariant("zipf1.05", "per_field", vocab, dim)
+        configs += [Config(TOOLKIT, CTR, ASYNC, *EMBEDDING_TOPOLOGY, steps, lever, ctr=variant) for lever in CTR_LEVERS]
+    return configs
+
+
+def quick(
+    models=MODEL_NAMES, steps_scale: float = 1.0, ctr_sizes: tuple = (CTR_VOCAB, CTR_DIM), ctr_levers: bool = False
+) -> list[Config]:
     """The configurations the targets are stated for (1 ps + 2 workers), plus mlp sync and one step per run."""
     configs = []
-    dense = [model for model in models if model != "embedding"]
+    dense = [model for model in models if model not in ("embedding", CTR)]
     for model in dense:
         steps = _steps(model, steps_scale)
         configs += [Config(s, model, ASYNC, 1, 2, steps) for s in (TOOLKIT, RAW, TF2)]
@@ -34,14 +89,21 @@ def quick(models=MODEL_NAMES, steps_scale: float = 1.0) -> list[Config]:
             Config(s, "embedding", ASYNC, *EMBEDDING_TOPOLOGY, _steps("embedding", steps_scale))
             for s in (TOOLKIT, RAW, TF2)
         ]
+    if CTR in models:
+        configs += ctr_configs(steps_scale, *ctr_sizes, levers=ctr_levers)
     return configs
 
 
-def full(models=MODEL_NAMES, steps_scale: float = 1.0) -> list[Config]:
+def full(
+    models=MODEL_NAMES, steps_scale: float = 1.0, ctr_sizes: tuple = (CTR_VOCAB, CTR_DIM), ctr_levers: bool = False
+) -> list[Config]:
     """Every system on every model, topology and mode (TF2's strategy: async only)."""
     configs = []
     for model in models:
         steps = _steps(model, steps_scale)
+        if model == CTR:
+            configs += ctr_configs(steps_scale, *ctr_sizes, full=True, levers=ctr_levers)
+            continue
         if model == "embedding":
             configs += [Config(s, model, ASYNC, *EMBEDDING_TOPOLOGY, steps) for s in (TOOLKIT, RAW, TF2)]
             configs += [Config(s, model, SYNC, *EMBEDDING_TOPOLOGY, steps // 2) for s in (TOOLKIT, RAW)]

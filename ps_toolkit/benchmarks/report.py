@@ -61,6 +61,8 @@ def markdown_table(records: list[dict], main_job: dict | None = None) -> str:
 
     ``main_job``: ps_toolkit.benchmarks.main_job.measure's figures, one line after the tables.
     """
+    ctr = [r for r in records if r["model"] == "ctr"]
+    records = [r for r in records if r["model"] != "ctr"]
     systems = [s for s in SYSTEMS if s != SINGLE and any(r["system"] == s for r in records)]
     header = ["model", "mode", "ps+w", *systems, "toolkit/raw", "toolkit/tf2", "toolkit/single"]
     header += ["near/raw", "near/tf2", "near/single"]
@@ -81,7 +83,43 @@ def markdown_table(records: list[dict], main_job: dict | None = None) -> str:
     lines += ["", _timing_table(records), "", _startup_over_single(records)]
     if main_job:
         lines += ["", main_job_line(main_job)]
+    if ctr:
+        lines += ["", ctr_table(ctr)]
     return "\n".join(lines) + "\n"
+
+
+def ctr_table(records: list[dict]) -> str:
+    """The ctr model: per id law, table layout and lever, each system's figures and ps_toolkit's ratios."""
+    header = ["ids", "tables", "system", "lever", "steps/s (min-max)", "CPU ms/example", "bytes/step (x needed)"]
+    header += ["AUC (after steps)", "last step to all exited, s", "toolkit/raw steps/s", "toolkit/raw CPU"]
+    header += ["toolkit/tf2 steps/s"]
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+
+    def peer(r, system):
+        for other in records:
+            same = (other["ids"], other["tables"]) == (r["ids"], r["tables"])
+            if other["system"] == system and same and not other["variant"]:
+                return other
+        return None
+
+    for r in sorted(records, key=lambda r: (r["tables"], r["ids"], SYSTEMS.index(r["system"]), r["variant"])):
+        moved = (
+            "-" if r["bytes_per_step"] is None else f"{r['bytes_per_step'] / 1e3:.0f} kB ({r['bytes_over_needed']}x)"
+        )
+        cells = [r["ids"], r["tables"], r["system"], r["variant"] or "-", rate_cell(r)]
+        cells += [_number(r["cpu_ms_per_example"], 4), moved, f"{r['auc']} ({r['train_steps']})"]
+        cells.append(_seconds(r["shutdown_s"]))
+        raw, tf2 = peer(r, RAW), peer(r, TF2)
+        mine = r["system"] == TOOLKIT
+        cells += [_ratio(r, raw) if mine else "-", _cpu_ratio(r, raw) if mine else "-", _ratio(r, tf2) if mine else "-"]
+        lines.append("| " + " | ".join(str(c) for c in cells) + " |")
+    return "\n".join(lines)
+
+
+def _cpu_ratio(a, b) -> str:
+    if a is None or b is None or not a.get("cpu_ms_per_example") or not b.get("cpu_ms_per_example"):
+        return "-"
+    return f"{a['cpu_ms_per_example'] / b['cpu_ms_per_example']:.2f}x"
 
 
 def _startup_over_single(records) -> str:
@@ -142,8 +180,8 @@ def cpu_cell(record) -> str:
     return f"{total} ({', '.join(f'{task} {_number(ms)}' for task, ms in by_task.items())})"
 
 
-def _number(value) -> str:
-    return "-" if value is None else f"{value:.2f}"
+def _number(value, digits: int = 2) -> str:
+    return "-" if value is None else f"{value:.{digits}f}"
 
 
 def _order(key):

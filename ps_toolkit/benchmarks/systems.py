@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import json
 
 from ps_toolkit.benchmarks.cluster_run import Task
 from ps_toolkit.benchmarks.synthetic import EMBEDDING, MODELS
@@ -18,8 +19,32 @@ ASYNC, SYNC = "async", "sync"
 # per session.run), to show what that lever buys; ps_toolkit_near runs with
 # --compute_near_weights=all (every layer runs on the ps holding its weights).
 TOOLKIT_FLAGS = {TOOLKIT: (), TOOLKIT_1STEP: ("--steps_per_run=1",), TOOLKIT_NEAR: ("--compute_near_weights=all",)}
+CTR = "ctr"
+CTR_LEARNING_RATE = 0.05  # ps_toolkit.benchmarks.ctr_model.LEARNING_RATE, without importing TensorFlow
+_RAW_SCRIPTS = {EMBEDDING.name: PACKAGE + ".raw_tf1_embedding", CTR: PACKAGE + ".raw_tf1_ctr"}
 # The raw script runs until the harness stops it (see run_options).
 RAW_UNBOUNDED_STEPS = 10**9
+
+
+@dataclasses.dataclass(frozen=True)
+class CtrVariant:
+    """Which ctr model: the id law (ctr_data.ID_LAWS), a table per field or one shared, its sizes."""
+
+    ids: str = "zipf1.05"
+    tables: str = "per_field"
+    vocab: int = 1_000_000
+    dim: int = 8
+
+    def raw_flags(self) -> list[str]:
+        return [
+            f"--ctr_ids={self.ids}",
+            f"--ctr_tables={self.tables}",
+            f"--ctr_vocab={self.vocab}",
+            f"--ctr_dim={self.dim}",
+        ]
+
+    def params(self) -> str:
+        return json.dumps({"ids": self.ids, "tables": self.tables, "vocab": self.vocab, "dim": self.dim})
 
 
 @dataclasses.dataclass(frozen=True)
@@ -33,6 +58,7 @@ class Config:
     num_workers: int
     train_steps: int
     extra_flags: tuple = ()  # a lever under test, e.g. ("--steps_per_run=50",); later flags win
+    ctr: CtrVariant | None = None  # the ctr model's variant (model "ctr" only)
 
     @property
     def num_ports(self) -> int:
@@ -50,7 +76,11 @@ def run_options(config: Config, measure_s: float) -> dict:
     worker is past warm-up, then stopped.
     """
     if config.system == RAW:
-        return {"end_after_warm": (config.num_workers, measure_s), "exit_grace_s": 0.0}
+        options = {"end_after_warm": (config.num_workers, measure_s), "exit_grace_s": 0.0}
+        if config.model == CTR:
+            # Its chief prints its AUC once past the steps the others train: wait for it.
+            options["wait_for_event"] = "evaluated"
+        return options
     return {}
 
 
@@ -68,25 +98,30 @@ def tasks(config: Config, ports: list[int], checkpoint_dir: str, data_dir: str) 
     common += [f"--ps_hosts={','.join(ps)}", f"--worker_hosts={','.join(workers)}"]
     if config.mode == SYNC:
         common.append("--sync_replicas")
+    if config.ctr is not None:
+        common += config.ctr.raw_flags() if config.system in (RAW, TF2) else []
     if config.system == TF2:
         return _tf2_tasks(config, common + [f"--chief_host={addresses[-1]}"])
     if config.system == RAW:
-        script = (
-            PACKAGE + ".raw_tf1_embedding" if config.model == EMBEDDING.name else PACKAGE + ".raw_tf1_between_graph"
-        )
+        script = _RAW_SCRIPTS.get(config.model, PACKAGE + ".raw_tf1_between_graph")
         common = ["-m", script, *common, f"--checkpoint_dir={checkpoint_dir}"]
-        common += [f"--warmup_steps={config.train_steps // 5}", f"--train_steps={RAW_UNBOUNDED_STEPS}"]
+        if config.model == CTR:
+            # Timed after its chief has evaluated at the step the others stop at.
+            common += [f"--warmup_steps={config.train_steps}", f"--auc_step={config.train_steps}"]
+        else:
+            common += [f"--warmup_steps={config.train_steps // 5}"]
+        common += [f"--train_steps={RAW_UNBOUNDED_STEPS}"]
     else:
-        spec = MODELS[config.model]
         common = [
             "-m",
             PACKAGE + ".toolkit_task",
-            *_toolkit_model_flags(config.model, data_dir),
+            *_toolkit_model_flags(config, data_dir),
             *common[1:],
         ]
         common.append(f"--checkpoint_dir={checkpoint_dir}")
         # The benchmark's batch size and learning rate, as the raw script uses; the rest: run_task.py's defaults.
-        common += [f"--batch_size={spec.batch_size}", f"--learning_rate={spec.learning_rate}"]
+        batch_size, learning_rate = batch_and_rate(config.model)
+        common += [f"--batch_size={batch_size}", f"--learning_rate={learning_rate}"]
         common += list(TOOLKIT_FLAGS[config.system])
     common += list(config.extra_flags)
     # The toolkit's tasks are forked from one fork server, as its launcher starts them;
@@ -104,16 +139,31 @@ def tasks(config: Config, ports: list[int], checkpoint_dir: str, data_dir: str) 
     return result
 
 
-def _toolkit_model_flags(model: str, data_dir: str) -> list[str]:
-    """How run_task.py is told the model: a built-in on the IDX files, or the embedding model's model_fn."""
-    if model != EMBEDDING.name:
-        return [f"--model={model}", f"--data_dir={data_dir}"]
+def batch_and_rate(model: str) -> tuple[int, float]:
+    """The model's batch size and SGD learning rate, the same in every system."""
+    if model == CTR:
+        from ps_toolkit.benchmarks import ctr_data
+
+        return ctr_data.CtrShape.batch_size, CTR_LEARNING_RATE
+    return MODELS[model].batch_size, MODELS[model].learning_rate
+
+
+def _toolkit_model_flags(config: Config, data_dir: str) -> list[str]:
+    """How run_task.py is told the model: a built-in on the IDX files, or the embedding or ctr model's model_fn."""
+    if config.model not in (EMBEDDING.name, CTR):
+        return [f"--model={config.model}", f"--data_dir={data_dir}"]
+    module = "ps_toolkit.benchmarks." + ("embedding_model" if config.model == EMBEDDING.name else "ctr_model")
     functions = ("model_fn", "input_fn", "eval_input_fn")
-    return [f"--{name}=ps_toolkit.benchmarks.embedding_model:{name}" for name in functions] + ["--optimizer=sgd"]
+    result = [f"--{name}={module}:{name}" for name in functions] + ["--optimizer=sgd"]
+    if config.ctr is not None:
+        # The raw script's checkpoint policy (MonitoredTrainingSession's: every 600 s and at the
+        # end) instead of every 100 steps: each save writes the whole 832 MB of tables.
+        result += [f"--params={config.ctr.params()}", "--save_checkpoint_secs=600"]
+    return result
 
 
 def _tf2_tasks(config: Config, common: list) -> list[Task]:
-    script = PACKAGE + ".tf2_pss_embedding" if config.model == EMBEDDING.name else PACKAGE + ".tf2_pss"
+    script = PACKAGE + {EMBEDDING.name: ".tf2_pss_embedding", CTR: ".tf2_pss_ctr"}.get(config.model, ".tf2_pss")
     base = ["-m", script, *common]
     servers = [
         Task(f"{job}{i}", [*base, f"--job_name={job}", f"--task_index={i}"], must_finish=False)

@@ -36,7 +36,8 @@ def timed(train):
                 on_progress(global_step)
 
         result = train(cluster, target, config, definition, session_config, on_progress=observe)
-        clock.finish(accuracy=result["test_accuracy"], loss=result["final_loss"])
+        auc = (result.get("eval") or {}).get("auc")
+        clock.finish(accuracy=result["test_accuracy"], loss=result["final_loss"], auc=auc)
         return result
 
     return timed_train

@@ -31,6 +31,12 @@ _MAIN_JOB = flags.DEFINE_integer(
     "Runs of the main job (launch_local.py) per start method, fork and exec side by side (default --repetitions).",
 )
 _MEASURE_S = flags.DEFINE_float("measure_s", 4.0, "Timing window of the runs measured by time (the raw script).")
+_CTR_VOCAB = flags.DEFINE_integer("ctr_vocab", plan.CTR_VOCAB, "The ctr model's ids per field.")
+_CTR_DIM = flags.DEFINE_integer("ctr_dim", plan.CTR_DIM, "The ctr model's embedding width.")
+_CTR_LEVERS = flags.DEFINE_boolean(
+    "ctr_levers", False, "Also ps_toolkit on the ctr model with each of its levers changed alone (zipf1.05)."
+)
+_CTR_TF2_UNIFORM = flags.DEFINE_boolean("ctr_tf2_uniform", True, "TF2's strategy on the ctr model's uniform ids too.")
 
 
 def _main(argv):
@@ -39,11 +45,24 @@ def _main(argv):
     unknown = set(_MODELS.value) - set(plan.MODEL_NAMES) or set(_SYSTEMS.value) - set(systems.SYSTEMS)
     if unknown:
         raise app.UsageError(f"unknown --models/--systems {sorted(unknown)}")
+    for name, flag in (("ctr_vocab", _CTR_VOCAB), ("ctr_dim", _CTR_DIM)):
+        if flag.value < 1:
+            raise app.UsageError(f"--{name}={flag.value} must be positive")
     make = plan.quick if _QUICK.value else plan.full
-    configs = [c for c in make(tuple(_MODELS.value), _STEPS_SCALE.value) if c.system in _SYSTEMS.value]
+    models, sizes = tuple(_MODELS.value), (_CTR_VOCAB.value, _CTR_DIM.value)
+    configs = [c for c in make(models, _STEPS_SCALE.value, sizes, _CTR_LEVERS.value) if c.system in _SYSTEMS.value]
+    if not _CTR_TF2_UNIFORM.value:  # the targets at uniform ids are against the raw script only
+        configs = [c for c in configs if not (c.ctr and c.system == systems.TF2 and c.ctr.ids == "uniform")]
     budget = _BUDGET.value if _BUDGET.value is not None else (480.0 if _QUICK.value else 3 * 3600.0)
     started = time.monotonic()
-    records = run_plan(configs, Limits(repetitions=_REPETITIONS.value, budget_s=budget, measure_s=_MEASURE_S.value))
+    network = _private_network()
+    limits = Limits(
+        repetitions=_REPETITIONS.value,
+        budget_s=budget,
+        measure_s=_MEASURE_S.value,
+        count_loopback=network is not None,
+    )
+    records = run_plan(configs, limits)
     from ps_toolkit.benchmarks import main_job
     from ps_toolkit.benchmarks.balance import balance_table
 
@@ -51,6 +70,7 @@ def _main(argv):
 
     meta = {
         "quick": _QUICK.value,
+        "network": network or "the host's (no private namespace: bytes per step not measured)",
         "machine": f"{platform.machine()}, {os.cpu_count()} cores, load average {os.getloadavg()[0]:.1f} at the end",
         "seconds": round(time.monotonic() - started, 1),
         "placement_balance_2ps": balance_table(_MODELS.value),
@@ -61,6 +81,19 @@ def _main(argv):
     print(report.markdown_table(records, meta["main_job"]))
     print(json.dumps({"written": paths, "seconds": meta["seconds"]}))
     logging.info("benchmark done in %.0f s", meta["seconds"])
+
+
+def _private_network() -> str | None:
+    """Moves this process (and so every task it starts) into a private network namespace, so that its
+    loopback carries only the benchmark's own traffic: bytes per step are counted there. None where
+    no namespace can be made (then they are not measured)."""
+    from ps_toolkit.task import netns
+
+    try:
+        return netns.enter_private_network()
+    except netns.NamespaceUnavailable as err:
+        logging.warning("bytes per step not measured: %s", err)
+        return None
 
 
 def main() -> None:

@@ -11,6 +11,9 @@ from ps_toolkit.cluster.config import ClusterConfig
 from ps_toolkit.placement.choices import NEAR_WEIGHTS_MODES, PLACEMENT_STRATEGIES
 from ps_toolkit.training import optimizers
 
+# sparse_lookup.WIRE_DTYPES, without importing TensorFlow here.
+WIRE_DTYPES = ("float32", "bfloat16")
+
 
 @dataclasses.dataclass(frozen=True)
 class TrainConfig:
@@ -54,6 +57,12 @@ class TrainConfig:
     # Small parameters and their gradients move as one tensor per ps each way
     # per step (packed_transfer.py): fewer RPCs, the same arithmetic.
     pack_transfers: bool = True
+    # How ps_toolkit.embedding_lookups moves rows (sparse_lookup.py): each distinct id
+    # once per step, all the tables' rows in one transfer per ps each way, and
+    # (opt-in) bfloat16 rows and gradients on the wire, float32 on the ps.
+    unique_ids: bool = True
+    group_lookups: bool = True
+    wire_dtype: str = "float32"
 
     @property
     def packed_transfers(self) -> bool:
@@ -118,6 +127,8 @@ class TrainConfig:
                 "--compute_near_weights=all runs each layer where its whole weight matrix lives; "
                 "it does not combine with --partition_variables"
             )
+        if self.wire_dtype not in WIRE_DTYPES:
+            raise ConfigError(f"unknown --wire_dtype={self.wire_dtype!r}; valid: {', '.join(WIRE_DTYPES)}")
         if self.placement not in PLACEMENT_STRATEGIES:
             raise ConfigError(
                 f"unknown placement {self.placement!r} (from --placement); valid: {', '.join(PLACEMENT_STRATEGIES)}"

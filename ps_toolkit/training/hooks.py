@@ -199,6 +199,7 @@ class SyncReplicasHook(tf.compat.v1.train.SessionRunHook):
             self._wake_others_op = optimizer.wake_op([i for i in range(optimizer.total_num_replicas) if i != chief])
             self._queue_runner = WakingQueueRunner(
                 optimizer.wake_op([chief]),
+                training_over=optimizer.training_over_op(),
                 queue=stock.queue,
                 enqueue_ops=stock.enqueue_ops,
                 close_op=tf.no_op(name="keep_sync_token_queue_open"),
@@ -223,22 +224,30 @@ class SyncReplicasHook(tf.compat.v1.train.SessionRunHook):
 
 
 class WakingQueueRunner(tf_internals.queue_runner_base()):
-    """A queue runner that, when its op fails, runs ``wake_op`` after reporting the error to the coordinator.
+    """A queue runner that, when its op fails, runs ``wake_op`` after reporting the error to the coordinator,
+    and that stops once ``training_over`` (a bool tensor, read before each run) is true.
 
     The chief's aggregation runs in this thread while the chief's own step
     waits for its token: without a wake-up the error reported here is never
     seen, because the main thread never returns to check the coordinator.
+    Without the stop, the thread starts one more aggregation after the last
+    step, which waits for gradients no replica will push and is still in
+    flight when the session closes ("Coordinator stopped with threads still
+    running"; closing then cancels it across the ps tasks, which took 7-18 s
+    with an embedding table partitioned over two).
     """
 
-    def __init__(self, wake_op, **kwargs):
+    def __init__(self, wake_op, training_over=None, **kwargs):
         super().__init__(**kwargs)
         self._wake_op = wake_op
+        self._training_over = training_over
 
     def run_thread(self, sess, enqueue_op, coord=None):
         if coord is None:
             super().run_thread(sess, enqueue_op, coord)
             return
-        super().run_thread(sess, enqueue_op, _WakeOnError(coord, lambda: self._wake(sess)))
+        over = None if self._training_over is None else sess.make_callable(self._training_over)
+        super().run_thread(sess, enqueue_op, _WakeOnError(coord, lambda: self._wake(sess), over))
 
     def _wake(self, sess) -> None:
         try:
@@ -249,14 +258,17 @@ class WakingQueueRunner(tf_internals.queue_runner_base()):
 
 
 class _WakeOnError:
-    """A coordinator seen through a queue runner: an error it reports is followed by a wake-up."""
+    """A coordinator seen through a queue runner: an error it reports is followed by a wake-up, and it
+    says stop once ``training_over()`` (when given) is true."""
 
-    def __init__(self, coord, wake):
+    def __init__(self, coord, wake, training_over=None):
         self._coord = coord
         self._wake = wake
+        self._training_over = training_over
 
     def should_stop(self) -> bool:
-        return self._coord.should_stop()
+        # An error reading the step propagates as the queue runner's own (reported, then a wake-up).
+        return self._coord.should_stop() or bool(self._training_over and self._training_over())
 
     def request_stop(self, ex=None) -> None:
         self._coord.request_stop(ex)

@@ -29,7 +29,7 @@ from ps_toolkit import dynamic_embedding
 from ps_toolkit.base.errors import ConfigError
 from ps_toolkit.cluster.config import ClusterConfig
 from ps_toolkit.placement import near_weights, strategies
-from ps_toolkit.training import multi_step, optimizers, packed_transfer
+from ps_toolkit.training import multi_step, optimizers, packed_transfer, sparse_lookup
 from ps_toolkit.training.config import TrainConfig
 from ps_toolkit.training.hooks import SyncReleaseHook, SyncReplicasHook
 from ps_toolkit.training.input_pipeline import train_batches
@@ -65,9 +65,11 @@ def build(cluster: ClusterConfig, config: TrainConfig, definition: ModelDefiniti
         global_step = tf.compat.v1.train.get_or_create_global_step()
     next_batch, input_hook = train_batches(cluster, config, definition)
     hooks = [input_hook]
+    lookups = sparse_lookup.LookupOptions(config.unique_ids, config.group_lookups, config.wire_dtype)
     with (
         tf.compat.v1.device(device_fn),
         near_weights.rule_in_effect(runs_near),
+        sparse_lookup.options_in_effect(lookups),
         dynamic_embedding.shard_devices(ps_devices(cluster)),
     ):
         first = call_model_fn(definition, *next_batch(), ModeKeys.TRAIN, partitioner=partitioner)

@@ -187,6 +187,21 @@ class PerReplicaSyncOptimizer(tf.compat.v1.train.SyncReplicasOptimizer):
             wake = tf.constant(WAKE_TOKEN, self._global_step.dtype.base_dtype)
             return tf.group(*(self._top_up(self._token_queues[index], wake) for index in replicas))
 
+    def training_over_op(self):
+        """A bool tensor, true once the global step has reached ``last_step``; None without a last step.
+
+        The chief's aggregation thread reads it before each aggregation: past
+        the last step no replica pushes again, so an aggregation started then
+        would wait for gradients that never come, and be still in flight when
+        the session closes (closing then cancels it and waits for every
+        partition's cleanup on the ps tasks: seconds, with a table
+        partitioned over several).
+        """
+        if self._last_step is None:
+            return None
+        with tf.compat.v1.device(self._global_step.device):
+            return self._global_step.read_value() >= self._last_step
+
     def forget_pushes_op(self):
         """Empties every replica's push record and the chief's aggregation-ready mark: run before a restore."""
         with tf.compat.v1.device(self._global_step.device):

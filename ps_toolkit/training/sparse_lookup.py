@@ -1,0 +1,183 @@
+"""Embedding lookups that move each row once: unique ids, one pull and one push per ps for all the tables.
+
+``tf.nn.embedding_lookup`` on a partitioned table sends every id to the ps
+holding its row and brings back one row per id, duplicates included, in one
+transfer per table part; its gradient goes back the same way, one row per
+lookup. ``embedding_lookups`` does the lookups of a step together:
+
+- unique ids (``unique_ids``): each table is looked up at its distinct ids
+  only; the lookups' rows are gathered from those on the worker, so the
+  gradient of a row looked up several times is summed there (TensorFlow's
+  gradient of that gather) and goes back once;
+- one transfer per ps each way (``group_by_ps``): the ids of every table part
+  a ps holds travel as one tensor, the ps gathers all their rows into one
+  tensor, and the gradient comes back as one tensor, split on the ps into
+  each part's rows (IndexedSlices: the optimizer updates only those rows);
+- ``wire_dtype="bfloat16"`` (opt-in): the rows and their gradient cross the
+  network as bfloat16; the table and its update stay float32 on the ps.
+
+The defaults come from ``options_in_effect`` (the training step sets the
+replica's flags there); outside it, unique ids and grouping are on, float32.
+A table is a variable, a partitioned variable, or a tensor (a small table the
+toolkit pulled whole: looked up where it is).
+
+Example (in a model_fn):
+    user_rows, item_rows = ps_toolkit.embedding_lookups([user_table, item_table], [user_ids, item_ids])
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+from collections.abc import Sequence
+
+import tensorflow as tf
+
+WIRE_DTYPES = ("float32", "bfloat16")
+
+
+@dataclasses.dataclass(frozen=True)
+class LookupOptions:
+    """How ``embedding_lookups`` moves rows; see the module docstring."""
+
+    unique_ids: bool = True
+    group_by_ps: bool = True
+    wire_dtype: str = "float32"
+
+    def __post_init__(self):
+        if self.wire_dtype not in WIRE_DTYPES:
+            raise ValueError(f"unknown wire dtype {self.wire_dtype!r}; valid: {', '.join(WIRE_DTYPES)}")
+
+
+_IN_EFFECT: list[LookupOptions] = [LookupOptions()]
+
+
+@contextlib.contextmanager
+def options_in_effect(options: LookupOptions):
+    """Makes ``options`` the defaults of ``embedding_lookups`` called inside."""
+    _IN_EFFECT.append(options)
+    try:
+        yield options
+    finally:
+        _IN_EFFECT.pop()
+
+
+def current_options() -> LookupOptions:
+    return _IN_EFFECT[-1]
+
+
+def embedding_lookups(tables: Sequence, ids: Sequence[tf.Tensor], options: LookupOptions | None = None) -> list:
+    """For each (table, ids) pair, the table's rows at ``ids``: a tensor of shape ids.shape + [dim]."""
+    if len(tables) != len(ids):
+        raise ValueError(f"embedding_lookups needs one ids tensor per table; got {len(tables)} tables, {len(ids)} ids")
+    options = options or current_options()
+    lookups = [
+        _Lookup(table, tf.convert_to_tensor(i), options.unique_ids) for table, i in zip(tables, ids, strict=True)
+    ]
+    if options.group_by_ps:
+        _fetch_grouped(lookups, options.wire_dtype)
+    else:
+        for lookup in lookups:
+            lookup.fetch_alone(options.wire_dtype)
+    return [lookup.result() for lookup in lookups]
+
+
+class _Lookup:
+    """One table's lookup: its distinct ids, split by table part, and the rows fetched for them."""
+
+    def __init__(self, table, ids: tf.Tensor, unique: bool):
+        self.table, self.ids = table, ids
+        flat = tf.reshape(ids, [-1])
+        if unique:
+            self.keys, self.positions = tf.unique(flat, out_idx=tf.int32)
+        else:
+            self.keys, self.positions = flat, None
+        self.parts = _parts(table)
+        self.rows = None  # [len(keys), dim] once fetched
+        self.pieces: list[tuple] = []  # (part variable, local ids, where its rows go among the keys)
+        if self.parts is not None:
+            self._split_by_part()
+
+    def _split_by_part(self) -> None:
+        starts = [start for _, start in self.parts]
+        if len(self.parts) == 1:
+            self.pieces = [(self.parts[0][0], self.keys, None)]
+            return
+        owner = tf.searchsorted(tf.constant(starts[1:], self.keys.dtype), self.keys, side="right", out_type=tf.int32)
+        local = self.keys - tf.gather(tf.constant(starts, self.keys.dtype), owner)
+        count = len(self.parts)
+        local_ids = tf.dynamic_partition(local, owner, count)
+        where = tf.dynamic_partition(tf.range(tf.size(self.keys, out_type=tf.int32)), owner, count)
+        self.pieces = [(part, ids, at) for (part, _), ids, at in zip(self.parts, local_ids, where, strict=True)]
+
+    def fetch_alone(self, wire_dtype: str) -> None:
+        if self.parts is None:
+            self.rows = tf.gather(self.table, self.keys)
+            return
+        self.place([_to_worker(_gather_on_ps(part, ids, wire_dtype)) for part, ids, _ in self.pieces])
+
+    def place(self, rows_per_piece: list) -> None:
+        """Puts each piece's rows back in the order of the keys."""
+        if len(rows_per_piece) == 1:
+            self.rows = rows_per_piece[0]
+            return
+        self.rows = tf.dynamic_stitch([at for _, _, at in self.pieces], rows_per_piece)
+
+    def result(self) -> tf.Tensor:
+        rows = self.rows if self.positions is None else tf.gather(self.rows, self.positions)
+        return tf.reshape(rows, tf.concat([tf.shape(self.ids), tf.shape(rows)[-1:]], 0))
+
+
+def _parts(table) -> list[tuple] | None:
+    """(variable, first row) of each part of a table on the ps; None for a tensor (looked up where it is)."""
+    if isinstance(table, tf.Tensor):
+        return None
+    variables = list(table) if not isinstance(table, tf.Variable) else [table]
+    parts, start = [], 0
+    for variable in variables:
+        parts.append((variable, start))
+        start += variable.shape[0]
+    return parts
+
+
+def _gather_on_ps(part, local_ids, wire_dtype: str):
+    with tf.compat.v1.device(part.device):
+        rows = tf.gather(part, local_ids)
+        return tf.cast(rows, tf.bfloat16) if wire_dtype == "bfloat16" else rows
+
+
+def _to_worker(rows):
+    return tf.cast(rows, tf.float32) if rows.dtype != tf.float32 else rows
+
+
+def _fetch_grouped(lookups: list[_Lookup], wire_dtype: str) -> None:
+    """All the pieces held by one ps: their ids in one tensor there, their rows in one tensor back."""
+    by_device: dict[str, list] = {}
+    for n, lookup in enumerate(lookups):
+        if lookup.parts is None:
+            lookup.fetch_alone(wire_dtype)
+            continue
+        for k, (part, ids, _) in enumerate(lookup.pieces):
+            by_device.setdefault(part.device, []).append((n, k, part, ids))
+    fetched: dict[tuple, tf.Tensor] = {}
+    for device, pieces in by_device.items():
+        # Row numbers within a part: int32 on the wire when every part's rows fit (half the bytes of int64).
+        wire = tf.int32 if all(part.shape[0] < 2**31 for _, _, part, _ in pieces) else tf.int64
+        ids = [tf.cast(piece_ids, wire) for _, _, _, piece_ids in pieces]
+        sizes = tf.stack([tf.size(i, out_type=wire) for i in ids])
+        # The sizes travel at the head of the ids: one tensor to the ps.
+        message = tf.concat([sizes, *ids], axis=0)
+        with tf.compat.v1.device(device):
+            sizes_there = tf.cast(message[: len(pieces)], tf.int32)
+            ids_there = tf.split(message[len(pieces) :], sizes_there, num=len(pieces))
+            rows = tf.concat([tf.gather(part, i) for (_, _, part, _), i in zip(pieces, ids_there, strict=True)], 0)
+            if wire_dtype == "bfloat16":
+                rows = tf.cast(rows, tf.bfloat16)
+        rows = _to_worker(rows)
+        for (n, k, _, _), piece_rows in zip(
+            pieces, tf.split(rows, tf.cast(sizes, tf.int32), num=len(pieces)), strict=True
+        ):
+            fetched[(n, k)] = piece_rows
+    for n, lookup in enumerate(lookups):
+        if lookup.parts is not None:
+            lookup.place([fetched[(n, k)] for k in range(len(lookup.pieces))])
