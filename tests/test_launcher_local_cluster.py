@@ -83,6 +83,6 @@ def test_verdict_is_the_launchers_rule(tmp_path):
         assert cluster.verdict(timeout_secs=30) == "the result line of worker:0"
     silent = [*FAKE_TASK, "--steps=0", "--no_result"]
     cluster = LocalCluster(num_ps=1, num_workers=1, chief=True, command=silent, log_dir=str(tmp_path / "b"))
-    with cluster, pytest.raises(TaskFailedError, match="chief:0. finished with status 0, but nothing trained") as caught:
+    with cluster, pytest.raises(TaskFailedError, match="finished with status 0, but nothing trained") as caught:
         cluster.verdict(timeout_secs=30)
     assert caught.value.name == "chief:0" and "chief:0 starting" in str(caught.value)
