@@ -31,12 +31,15 @@ import logging
 import os
 import types
 
+import tensorflow as tf
+
 from ps_toolkit_compat import estimator_support
 
 estimator_support.load()  # the package imports only once TensorFlow's dropped internals are supplied
 
 from ps_toolkit.base import tf_internals  # noqa: E402
-from ps_toolkit.cluster.config import CHIEF, ClusterConfig  # noqa: E402
+from ps_toolkit.base.errors import ConfigError  # noqa: E402
+from ps_toolkit.cluster.config import CHIEF, JOB_ALIASES, ClusterConfig  # noqa: E402
 from ps_toolkit.cluster.preflight import check_host_resolves, check_port_free  # noqa: E402
 from ps_toolkit.task.server import serve_until_done, signal_done  # noqa: E402
 from ps_toolkit_compat import estimator_inputs, supervision, task_context  # noqa: E402
@@ -54,6 +57,8 @@ WORKER_DELAY_SECS = 1
 MAX_WORKER_DELAY_SECS = 5
 PS_ORPHAN_SECS = 300.0
 _CLOCK = EvaluatorClock()
+# Captured before a test (or a script) replaces the class: only a real server has done queues to serve.
+_SERVER_CLASS = tf.distribute.Server
 
 
 class _DelegatingModule(types.ModuleType):
@@ -68,15 +73,32 @@ class _DelegatingModule(types.ModuleType):
         return getattr(self._base, name)
 
 
-def _cluster() -> ClusterConfig:
-    """This task's cluster, from TF_CONFIG (already checked by RunConfig, see compat.estimator_inputs)."""
-    return ClusterConfig.from_tf_config(os.environ.get("TF_CONFIG", "{}"))
+def _cluster_of(config) -> ClusterConfig | None:
+    """This task's cluster as the RunConfig the user built holds it ("master" read as the chief); None where
+    it has none, or holds a form TensorFlow accepts and the toolkit's ClusterConfig does not ('host0:0', a
+    sparse job): such a task starts and ends as the estimator's own did."""
+    try:
+        spec = config.cluster_spec.as_dict() if config.cluster_spec else {}
+        if not spec or config.task_type is None or config.task_id is None:
+            return None
+        if any(not isinstance(hosts, list | tuple) for hosts in spec.values()):
+            return None
+        jobs = {JOB_ALIASES.get(job, job): tuple(hosts) for job, hosts in spec.items()}
+        task_type = JOB_ALIASES.get(config.task_type, config.task_type)
+        return ClusterConfig(jobs=jobs, task_type=task_type, task_index=int(config.task_id), source="the RunConfig")
+    except (ConfigError, TypeError, ValueError, AttributeError):
+        return None
 
 
-def _chief_address() -> str | None:
-    cluster = json.loads(os.environ.get("TF_CONFIG", "{}")).get("cluster", {})
+def _chief_address(config) -> str | None:
+    """The chief's (or master's) address from the TF_CONFIG the RunConfig read (an evaluator's RunConfig
+    keeps no training cluster), else from the environment."""
+    tf_config = getattr(config, estimator_inputs.TF_CONFIG_READ, None)
+    if tf_config is None:
+        tf_config = json.loads(os.environ.get("TF_CONFIG") or "{}")
+    cluster = tf_config.get("cluster") if isinstance(tf_config, dict) else None
     for job in (CHIEF, "master"):
-        if cluster.get(job):
+        if isinstance(cluster, dict) and isinstance(cluster.get(job), list) and cluster[job]:
             return cluster[job][0]
     return None
 
@@ -106,16 +128,22 @@ class TrainingExecutor(tf_internals.training_executor_base()):
     _server = None
 
     def start_std_server(self, config):
-        cluster = _cluster()
-        check_host_resolves(cluster)
-        check_port_free(cluster)
-        task_context.set_task(cluster.task_type, cluster.task_index)
+        cluster = _cluster_of(config)
+        if cluster is not None:
+            check_host_resolves(cluster)
+            check_port_free(cluster)
+        task_context.set_task(config.task_type, config.task_id)
         self._server = super().start_std_server(config)
         return self._server
 
     def run_ps(self):
-        server = self.start_std_server(self.estimator.config)
-        cluster = _cluster()
+        config = self.estimator.config
+        server = self.start_std_server(config)
+        cluster = _cluster_of(config)
+        if cluster is None or not isinstance(server, _SERVER_CLASS):
+            # Nothing to count the replicas by (or a server that is not TensorFlow's): the estimator's join().
+            server.join()
+            return
         order = serve_until_done(cluster, server, orphan_timeout_secs=PS_ORPHAN_SECS)
         log.info("%s: every replica is done (%s); exiting", cluster.device, order)
         raise SystemExit(0)
@@ -141,12 +169,16 @@ class TrainingExecutor(tf_internals.training_executor_base()):
         return result
 
     def _signal_done(self):
-        if self._server is not None:
-            signal_done(_cluster(), self._server.target)
+        cluster = _cluster_of(self.estimator.config)
+        if cluster is not None and isinstance(self._server, _SERVER_CLASS):
+            signal_done(cluster, self._server.target)
 
     def run_evaluator(self):
         watch = CheckpointWatch(
-            self.estimator.model_dir, self.train_spec.max_steps, _chief_address(), orphan_secs_from_env()
+            self.estimator.model_dir,
+            self.train_spec.max_steps,
+            _chief_address(self.estimator.config),
+            orphan_secs_from_env(),
         )
         self.continuous_eval_listener = _WatchingEvalListener(watch, self.continuous_eval_listener)
         _CLOCK.watch = watch

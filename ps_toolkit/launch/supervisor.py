@@ -195,7 +195,11 @@ class Supervisor:
         chief = self._chief()
         ends = [verdict.TaskEnd(t.plan.name, t.state, t.failure, t.exit_code) for t in self._tasks.values()]
         outputs = {n: t.output for n, t in self._tasks.items() if t.plan.job != PS}
-        ok, message, code = verdict.confirm(self._outcome.message, ends, outputs, chief.plan.name, chief.output.tail)
+        self._check_log_space(float("inf"))  # now, not at the next second: the run may end first
+        lost = self._log_warning.given
+        ok, message, code = verdict.confirm(
+            self._outcome.message, ends, outputs, chief.plan.name, chief.output.tail, output_lost=lost
+        )
         self._outcome = Outcome(ok, message, code)
 
     def _chief(self) -> _Task:

@@ -48,17 +48,27 @@ def training_evidence(outputs: Mapping) -> str | None:
 
 
 def confirm(
-    message: str, ends: Sequence[TaskEnd], outputs: Mapping, chief: str, chief_tail: Sequence[str]
+    message: str,
+    ends: Sequence[TaskEnd],
+    outputs: Mapping,
+    chief: str,
+    chief_tail: Sequence[str],
+    *,
+    output_lost: bool = False,
 ) -> tuple[bool, str, int]:
     """The final (succeeded, message, exit code) of a run that the chief's status 0 decided as a success.
 
     ``message`` is that success's message; ``ends`` every task's end after the wind-down;
-    ``outputs`` the training tasks' TaskOutputs (the evaluator's metrics count too).
+    ``outputs`` the training tasks' TaskOutputs (the evaluator's metrics count too). ``output_lost``:
+    the log folder could not hold the tasks' output, so its lack of evidence proves nothing (the
+    message says so instead of failing the run).
     """
     failed = [end for end in ends if end.state == "failed" and end.failure]
     if failed:
         first = failed[0]
         return False, f"{message}, but {first.failure}", first.exit_code or 1
+    if training_evidence(outputs) is None and output_lost:
+        return True, f"{message} (whether it trained is unknown: its output did not fit in the log folder)", 0
     if training_evidence(outputs) is None:
         tail = "\n".join(f"    {line}" for line in chief_tail)
         return (
