@@ -109,6 +109,10 @@ def build(estimator_api) -> tuple[LegacyModule, dict[str, types.ModuleType]]:
         "compat": _real_tf.compat,
         "__path__": _real_tf.__path__,
         "__version__": _real_tf.__version__,
+        # importlib.util.find_spec("tensorflow") (etils, tensorflow_datasets) reads the module's spec.
+        "__spec__": _real_tf.__spec__,
+        "__file__": _real_tf.__file__,
+        "__loader__": _real_tf.__loader__,
     }
     legacy = LegacyModule("tensorflow", "", _v1, members, fallback=_real_tf)
     return legacy, {"tensorflow.train": train, **submodules}
