@@ -90,6 +90,12 @@ def _cluster_of(config) -> ClusterConfig | None:
         return None
 
 
+def _model_dir(estimator) -> str | None:
+    """The estimator's model dir as a str path, or None when it is none (a test's stand-in estimator)."""
+    model_dir = getattr(estimator, "model_dir", None)
+    return os.fsdecode(model_dir) if isinstance(model_dir, str | bytes | os.PathLike) else None
+
+
 def _chief_address(config) -> str | None:
     """The chief's (or master's) address from the TF_CONFIG the RunConfig read (an evaluator's RunConfig
     keeps no training cluster), else from the environment."""
@@ -116,8 +122,8 @@ class _WatchingEvalListener(tf_internals.continuous_eval_listener_class()):
         return self._inner.before_eval()
 
     def after_eval(self, eval_result):
-        if eval_result.checkpoint_path:
-            self._watch.evaluated(eval_result.checkpoint_path)
+        if isinstance(eval_result.checkpoint_path, str | bytes) and eval_result.checkpoint_path:
+            self._watch.evaluated(os.fsdecode(eval_result.checkpoint_path))
         self._watch.check_chief()
         return self._inner.after_eval(eval_result)
 
@@ -149,19 +155,30 @@ class TrainingExecutor(tf_internals.training_executor_base()):
         raise SystemExit(0)
 
     def run_chief(self):
-        mark_training_started(self.estimator.model_dir)
+        self._mark(mark_training_started)
         result = super().run_chief()
-        mark_training_finished(self.estimator.model_dir)
+        self._mark(mark_training_finished)
         self._signal_done()
         return result
 
     def run_master(self):
         """The TF 1.0-era "master" task: trains and evaluates in one process, as the chief does with an evaluator."""
-        mark_training_started(self.estimator.model_dir)
+        self._mark(mark_training_started)
         result = super().run_master()
-        mark_training_finished(self.estimator.model_dir)
+        self._mark(mark_training_finished)
         self._signal_done()
         return result
+
+    def _mark(self, mark) -> None:
+        """The evaluator's start/finish marker in the model dir: a help, never a new way to fail (a model dir
+        that is not a path, or not there, costs the evaluator only its early end)."""
+        model_dir = _model_dir(self.estimator)
+        if model_dir is None:
+            return
+        try:
+            mark(model_dir)
+        except OSError as err:
+            log.warning("cannot mark the end of training for the evaluator in %s: %s", model_dir, err)
 
     def run_worker(self):
         result = super().run_worker()
@@ -174,8 +191,11 @@ class TrainingExecutor(tf_internals.training_executor_base()):
             signal_done(cluster, self._server.target)
 
     def run_evaluator(self):
+        model_dir = _model_dir(self.estimator)
+        if model_dir is None:
+            return super().run_evaluator()
         watch = CheckpointWatch(
-            self.estimator.model_dir,
+            model_dir,
             self.train_spec.max_steps,
             _chief_address(self.estimator.config),
             orphan_secs_from_env(),
