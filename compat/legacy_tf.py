@@ -23,7 +23,14 @@ import types
 import tensorflow as _real_tf
 
 from ps_toolkit.training.hooks import quiet_cancelled_queue_runners
-from ps_toolkit_compat import contrib, estimator_support, mnist_input_data, supervision, task_context
+from ps_toolkit_compat import (
+    contrib,
+    estimator_support,
+    mnist_input_data,
+    mnist_tutorial,
+    supervision,
+    task_context,
+)
 from ps_toolkit_compat.removed import RemovedModuleError, RemovedSymbolError
 
 _v1 = _real_tf.compat.v1
@@ -56,7 +63,10 @@ class LegacyModule(types.ModuleType):
 
 def _examples() -> dict[str, types.ModuleType]:
     mnist = LegacyModule(
-        "tensorflow.examples.tutorials.mnist", "examples.tutorials.mnist.", None, {"input_data": mnist_input_data}
+        "tensorflow.examples.tutorials.mnist",
+        "examples.tutorials.mnist.",
+        None,
+        {"input_data": mnist_input_data, "mnist": mnist_tutorial},
     )
     tutorials = LegacyModule("tensorflow.examples.tutorials", "examples.tutorials.", None, {"mnist": mnist})
     examples = LegacyModule("tensorflow.examples", "examples.", None, {"tutorials": tutorials})
@@ -67,6 +77,7 @@ def _examples() -> dict[str, types.ModuleType]:
         "tensorflow.examples.tutorials": tutorials,
         "tensorflow.examples.tutorials.mnist": mnist,
         "tensorflow.examples.tutorials.mnist.input_data": mnist_input_data,
+        "tensorflow.examples.tutorials.mnist.mnist": mnist_tutorial,
     }
 
 

@@ -57,8 +57,29 @@ def run(argv: list[str]) -> None:
             sys.path.insert(0, os.path.dirname(os.path.abspath(script)))  # as ``python script.py`` would
             runpy.run_path(script, run_name="__main__")
     except ToolkitError as err:
-        sys.stderr.write(f"{os.path.basename(module or script)}: error: {err}\n")
+        where = _user_line(err) if isinstance(err, ImportError | AttributeError) else None
+        sys.stderr.write(f"{where or os.path.basename(module or script)}: error: {err}\n")
         sys.exit(err.exit_code)
+
+
+def _user_line(err: BaseException) -> str | None:
+    """'FILE:LINE' of the innermost frame of the user's own code in ``err``'s traceback: where a removed
+    name was used (a module the script imported, not always the script), or None."""
+    import traceback
+
+    import ps_toolkit
+    import ps_toolkit_compat
+
+    own = tuple(os.path.dirname(os.path.abspath(m.__file__)) + os.sep for m in (ps_toolkit, ps_toolkit_compat))
+    frames = [
+        frame
+        for frame in traceback.extract_tb(err.__traceback__)
+        if not frame.filename.startswith(("<", *own)) and frame.filename != runpy.__file__
+    ]
+    if not frames:
+        return None
+    path = os.path.relpath(frames[-1].filename)
+    return f"{frames[-1].filename if path.startswith('..') else path}:{frames[-1].lineno}"
 
 
 def _run_module(module: str, args: list[str]) -> None:
