@@ -117,7 +117,7 @@ def main() -> None:
     parser.add_argument("checkout", help="a checkout of tensorflow/estimator (v2.15.0)")
     parser.add_argument("files", nargs="*", help=f"test files under {ESTIMATOR_DIR} (default: a chosen set)")
     parser.add_argument("--report", help="write the counts and each failure's name here (JSON)")
-    parser.add_argument("--plain", action="store_true", help="TensorFlow's own tf, v2 behaviour disabled, no compat layer")
+    parser.add_argument("--plain", action="store_true", help="TF's own tf, v1 behaviour, no compat layer")
     parser.add_argument("--timeout_secs", type=int, default=120, help="per test")
     parser.add_argument("--file_timeout_secs", type=int, default=3600)
     parser.add_argument("--child", help=argparse.SUPPRESS)
