@@ -26,6 +26,7 @@ from ps_toolkit.training.hooks import quiet_cancelled_queue_runners
 from ps_toolkit_compat import (
     contrib,
     estimator_support,
+    internal_modules,
     mnist_input_data,
     mnist_tutorial,
     supervision,
@@ -129,6 +130,19 @@ def build(estimator_api) -> tuple[LegacyModule, dict[str, types.ModuleType]]:
     return legacy, {"tensorflow.train": train, **submodules}
 
 
+# The session and server classes whose start and end the compat layer fixes (compat.supervision, task_context).
+_STARTS_AND_ENDS = ("Server", "Supervisor", "SessionManager", "MonitoredTrainingSession", "SyncReplicasOptimizer")
+
+
+def _serve_compat_v1(legacy: LegacyModule) -> None:
+    """``import tensorflow.compat.v1 as tf`` scripts get the same starts and ends as TF 1.x ones: the
+    compat layer's session and server classes in tf.compat.v1 too (each one subclasses or calls
+    TensorFlow's own, captured when it was defined)."""
+    for name in _STARTS_AND_ENDS:
+        setattr(_v1.train, name, legacy.train.__dict__[name])
+    _v1.Session = supervision.Session
+
+
 class _RemovedModuleFinder(importlib.abc.MetaPathFinder):
     """Turns ``import tensorflow.contrib.slim`` (and the like) into the one-line removed-module error."""
 
@@ -156,7 +170,9 @@ def install() -> LegacyModule:
         _v1.estimator = estimator_api.v1
         _real_tf.compat.v2.estimator = estimator_api.v2
     legacy, submodules = build(estimator_api)
+    _serve_compat_v1(legacy)
     sys.modules.update(submodules)
+    sys.modules.update(internal_modules.MODULES)
     sys.modules["tensorflow"] = legacy
     sys.meta_path.insert(0, _RemovedModuleFinder())
     return legacy

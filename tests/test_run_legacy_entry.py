@@ -67,3 +67,10 @@ def test_the_launcher_runs_an_absl_tf_config_script_as_the_readme_writes_it(tmp_
     proc = run_script(command, timeout=120)
     assert proc.returncode == 0, explain(proc)
     assert "[chief:0] chief:0 local_steps=4" in proc.stdout and "launcher: succeeded" in proc.stdout, explain(proc)
+
+
+def test_a_compat_v1_script_gets_the_same_starts_and_ends_and_the_mapped_internal_module():
+    proc = run_legacy([os.path.join(FIXTURES, "compat_v1_probe.py")])
+    assert proc.returncode == 0, explain(proc)
+    compat = "ps_toolkit_compat.task_context " + " ".join(["ps_toolkit_compat.supervision"] * 3)
+    assert f"classes {compat}" in proc.stdout and "values [0, 1, 2]" in proc.stdout, explain(proc)
