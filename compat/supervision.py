@@ -26,6 +26,7 @@ import tensorflow as tf
 from ps_toolkit.base import tf_internals
 from ps_toolkit.task.sessions import FastWorkerSessionCreator
 from ps_toolkit.training.hooks import SyncReleaseHook, release_tokens_op
+from ps_toolkit_compat import progress_hook
 from ps_toolkit_compat.task_context import filled_config
 
 _v1 = tf.compat.v1
@@ -202,6 +203,8 @@ def MonitoredTrainingSession(*args, **kwargs):  # noqa: N802 -- TF 1.x's name
     releases = release_ops(graph)
     if releases:
         arguments["hooks"] = [*(arguments.get("hooks") or []), SyncReleaseHook(releases)]
+    if progress_hook.wanted():
+        arguments["hooks"] = [*(arguments.get("hooks") or []), progress_hook.ProgressHook()]
     if arguments.get("is_chief", True):
         return _TF_MONITORED_TRAINING_SESSION(**arguments)
     # TF's non-chief path, with a creator that polls every second instead of 30 s.
