@@ -80,12 +80,13 @@ def _run_file(path: str, args) -> dict:
     hung: list[str] = []
     ended_early = None
     for _ in range(10):
-        command = [sys.executable, os.path.abspath(__file__), args.checkout, "--child", path]
+        command = [sys.executable, os.path.abspath(__file__), os.path.abspath(args.checkout), "--child", path]
         command += [f"--timeout_secs={args.timeout_secs}"] + (["--plain"] if args.plain else [])
         command += [f"--deselect={nodeid}" for nodeid in [*hung, *results]]
         try:
+            # From /, the root dir: the node ids it prints are the ones --deselect takes.
             output = subprocess.run(
-                command, capture_output=True, text=True, errors="replace", timeout=args.file_timeout_secs
+                command, capture_output=True, text=True, errors="replace", timeout=args.file_timeout_secs, cwd="/"
             ).stdout
         except subprocess.TimeoutExpired as err:
             output = err.stdout.decode("utf-8", "replace") if isinstance(err.stdout, bytes) else (err.stdout or "")
@@ -122,7 +123,7 @@ def main() -> None:
     parser.add_argument("--file_timeout_secs", type=int, default=3600)
     parser.add_argument("--child", help=argparse.SUPPRESS)
     parser.add_argument("--deselect", action="append", default=[], help=argparse.SUPPRESS)
-    args = parser.parse_args()
+    args = parser.parse_intermixed_args()  # options before, between or after the files
     if args.child:
         sys.exit(_child(args.child, args.timeout_secs, args.plain, args.deselect))
     root = os.path.join(args.checkout, ESTIMATOR_DIR)
