@@ -177,3 +177,16 @@ def test_an_estimators_log_lines_give_the_global_step(tmp_path):
     output.feed("stdout", b"epoch 3: loss 0.25\n")
     assert output.printed_loss == 0.25
     output.close()
+
+
+def test_task_args_and_chief_role_are_checked_when_the_plan_is_made():
+    jobs = {"ps": ("localhost:9001",), "chief": ("localhost:9002",)}
+    with pytest.raises(ConfigError, match=r"--task_args='--id=\{task\}' names \{task\}; the fields are job, index"):
+        plan_tasks(jobs, ["python", "x.py"], base_env={}, task_args="--id={task}")
+    with pytest.raises(ConfigError, match="--chief_role_name='boss'; valid: chief, master"):
+        plan_tasks(jobs, ["python", "x.py"], base_env={}, chief_role="boss")
+    chief = plan_tasks(jobs, ["python", "x.py"], base_env={}, chief_role="master", task_args="--role={job}")[1]
+    assert chief.argv == ("python", "x.py", "--role=master") and json.loads(chief.env["PS_TOOLKIT_CLUSTER_ARGS"]) == [
+        "--role=master"
+    ]
+    assert json.loads(chief.env["TF_CONFIG"])["cluster"] == {"ps": ["localhost:9001"], "master": ["localhost:9002"]}
