@@ -11,6 +11,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 CORPUS = os.path.join(ROOT, "tests", "corpus")
 sys.path.insert(0, CORPUS)
 import make_data  # noqa: E402  (tests/corpus is not a package: its folders hold the scripts as published)
+
 LAUNCH_LOCAL = os.path.join(ROOT, "scripts", "launch_local.py")
 RUN_LEGACY = os.path.join(ROOT, "scripts", "run_legacy.py")
 RUN_TIMEOUT_SECS = 240
@@ -31,6 +32,7 @@ class Case:
 TWO_WORKERS = ["--num_ps=1", "--num_workers=2"]
 # tf.estimator's train_and_evaluate wants a chief in a TF_CONFIG cluster.
 ESTIMATOR = ["--num_ps=1", "--num_workers=1", "--chief"]
+SSGD_WORKERS = "localhost:2223,localhost:2224"
 CENSUS = ["-m", "trainer.task", "--train-files={data}/adult.data.csv", "--eval-files={data}/adult.test.csv"]
 CENSUS += ["--job-dir={out}", "--train-steps=20", "--eval-steps=2", "--train-batch-size=20"]
 
@@ -66,7 +68,7 @@ CASES = {
     "census_tensorflowcore": Case("census_tensorflowcore", CENSUS, cluster=ESTIMATOR, data="census"),
     # Its cluster is written into the script: the launcher serves those addresses (in its own network namespace).
     "tmulc18_ssgd": Case(
-        "tmulc18_ssgd", ["ssgd.py"], cluster=["--ps_hosts=localhost:2222", "--worker_hosts=localhost:2223,localhost:2224"]
+        "tmulc18_ssgd", ["ssgd.py"], cluster=["--ps_hosts=localhost:2222", f"--worker_hosts={SSGD_WORKERS}"]
     ),
 }
 
