@@ -173,6 +173,7 @@ def install() -> LegacyModule:
     _serve_compat_v1(legacy)
     sys.modules.update(submodules)
     sys.modules.update(internal_modules.MODULES)
+    internal_modules.install_finders()
     sys.modules["tensorflow"] = legacy
     sys.meta_path.insert(0, _RemovedModuleFinder())
     return legacy

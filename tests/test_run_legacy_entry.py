@@ -74,3 +74,19 @@ def test_a_compat_v1_script_gets_the_same_starts_and_ends_and_the_mapped_interna
     assert proc.returncode == 0, explain(proc)
     compat = "ps_toolkit_compat.task_context " + " ".join(["ps_toolkit_compat.supervision"] * 3)
     assert f"classes {compat}" in proc.stdout and "values [0, 1, 2]" in proc.stdout, explain(proc)
+
+
+def test_tensorflow_python_estimator_forwards_to_the_estimator_package_as_tf_1_14_to_2_15_did(tmp_path):
+    script = tmp_path / "old_estimator_import.py"
+    script.write_text(
+        "from tensorflow.python.estimator.model_fn import ModeKeys as Modes\n"
+        "import tensorflow.python.estimator.model_fn as aliased\n"
+        "import tensorflow_estimator.python.estimator.model_fn as real\n"
+        "print('modes', Modes.TRAIN, Modes.PREDICT, aliased is real)\n"
+        "import tensorflow.python.estimator.no_such_module\n"
+    )
+    proc = run_legacy([str(script)])
+    assert "modes train infer True" in proc.stdout, explain(proc)
+    assert proc.returncode != 0 and "No module named 'tensorflow.python.estimator.no_such_module'" in proc.stderr, (
+        explain(proc)
+    )
