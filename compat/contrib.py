@@ -44,7 +44,31 @@ layers = _Namespace("tensorflow.contrib.layers", "contrib.layers", contrib_layer
 losses = _Namespace("tensorflow.contrib.losses", "contrib.losses", contrib_layers.LOSSES)
 metrics = _Namespace("tensorflow.contrib.metrics", "contrib.metrics", contrib_layers.METRICS)
 datasets = _Namespace("tensorflow.contrib.learn.datasets", "contrib.learn.datasets", contrib_names.LEARN_DATASETS)
-learn = _Namespace("tensorflow.contrib.learn", "contrib.learn", {"datasets": datasets})
+
+
+class ModeKeys:
+    """tf.contrib.learn's mode names: the estimator's own values (INFER is tf.estimator's PREDICT, 'infer')."""
+
+    TRAIN = "train"
+    EVAL = "eval"
+    INFER = "infer"
+
+
+model_fn = _Namespace(
+    "tensorflow.contrib.learn.python.learn.estimators.model_fn",
+    "contrib.learn.estimators.model_fn",
+    {"ModeKeys": ModeKeys},
+)
+estimators = _Namespace(
+    "tensorflow.contrib.learn.python.learn.estimators", "contrib.learn.estimators", {"model_fn": model_fn}
+)
+learn_python_learn = _Namespace(
+    "tensorflow.contrib.learn.python.learn", "contrib.learn", {"datasets": datasets, "estimators": estimators}
+)
+learn_python = _Namespace("tensorflow.contrib.learn.python", "contrib.learn.python", {"learn": learn_python_learn})
+learn = _Namespace(
+    "tensorflow.contrib.learn", "contrib.learn", {"datasets": datasets, "ModeKeys": ModeKeys, "python": learn_python}
+)
 members = {"training": training, "lookup": lookup, "framework": framework, "layers": layers, "losses": losses}
 contrib = _Namespace("tensorflow.contrib", "contrib", {**members, "metrics": metrics, "learn": learn})
 MODULES = {
@@ -55,6 +79,10 @@ MODULES = {
     "tensorflow.contrib.learn.datasets": datasets,
     "tensorflow.contrib.learn.datasets.mnist": mnist_input_data,
     # The path TF 1.x's own examples imported it by.
+    "tensorflow.contrib.learn.python": learn_python,
+    "tensorflow.contrib.learn.python.learn": learn_python_learn,
+    "tensorflow.contrib.learn.python.learn.estimators": estimators,
+    "tensorflow.contrib.learn.python.learn.estimators.model_fn": model_fn,
     "tensorflow.contrib.learn.python.learn.datasets": datasets,
     "tensorflow.contrib.learn.python.learn.datasets.mnist": mnist_input_data,
 }

@@ -90,3 +90,16 @@ def test_tensorflow_python_estimator_forwards_to_the_estimator_package_as_tf_1_1
     assert proc.returncode != 0 and "No module named 'tensorflow.python.estimator.no_such_module'" in proc.stderr, (
         explain(proc)
     )
+
+
+def test_contrib_learns_mode_keys_are_the_estimators_values(tmp_path):
+    script = tmp_path / "contrib_mode_keys.py"
+    script.write_text(
+        "import tensorflow as tf\n"
+        "from tensorflow.contrib.learn.python.learn.estimators.model_fn import ModeKeys as Modes\n"
+        "print('modes', Modes.TRAIN, Modes.EVAL, Modes.INFER == tf.estimator.ModeKeys.PREDICT)\n"
+        "from tensorflow.contrib.learn.python.learn import learn_runner\n"
+    )
+    proc = run_legacy([str(script)])
+    assert "modes train eval True" in proc.stdout, explain(proc)
+    assert proc.returncode == 2 and "contrib.learn.python.learn.learn_runner was removed" in proc.stderr, explain(proc)
