@@ -14,8 +14,7 @@ import make_data  # noqa: E402  (tests/corpus is not a package: its folders hold
 
 LAUNCH_LOCAL = os.path.join(ROOT, "scripts", "launch_local.py")
 RUN_LEGACY = os.path.join(ROOT, "scripts", "run_legacy.py")
-# The launcher ends a run that outlasts its bound (and every task with it); the test waits a little longer.
-LAUNCHER_TIMEOUT_SECS = 150
+# The launcher ends a run that outlasts Case.timeout_secs (and every task with it); the test waits longer.
 RUN_TIMEOUT_SECS = 240
 CLEAN_RUNS = []
 
@@ -29,6 +28,7 @@ class Case:
     cluster: list = field(default_factory=lambda: ["--num_ps=1", "--num_workers=2"])
     data: str = ""
     xfail: str = ""
+    timeout_secs: int = 150
 
 
 TWO_WORKERS = ["--num_ps=1", "--num_workers=2"]
@@ -47,6 +47,8 @@ CASES = {
         "tf_mnist_replica",
         ["mnist_replica.py", "--data_dir={data}", "--train_steps=20", "--num_gpus=0", "--sync_replicas"],
         data="idx",
+        xfail="the script passes replica_id= to SyncReplicasOptimizer, an argument TF 1.0 removed (TF 0.12's class): "
+        "TypeError on every TF 1.x too, not a compat cause",
     ),
     "kubeflow_dist_mnist_v1": Case(
         "kubeflow_dist_mnist_v1", ["dist_mnist.py", "--data_dir={data}", "--train_steps=30", "--num_gpus=0"], data="idx"
@@ -58,7 +60,12 @@ CASES = {
     ),
     "kubeflow_tf_smoke": Case("kubeflow_tf_smoke", ["tf_smoke.py"], cluster=MASTER),
     "ecosystem_docker_mnist": Case(
-        "ecosystem_docker_mnist", ["mnist.py", "--data_dir={data}", "--train_dir={out}"], data="tfrecords"
+        "ecosystem_docker_mnist",
+        ["mnist.py", "--data_dir={data}", "--train_dir={out}"],
+        data="tfrecords",
+        timeout_secs=45,
+        xfail="the script trains until it is stopped (no stop hook, an endless input queue): "
+        "the launcher's --timeout_secs ends the run as FAILED, as it should",
     ),
     "cloudml_dist_mnist": Case(
         "cloudml_dist_mnist",
@@ -92,7 +99,7 @@ def run_case(case, tmp_path):
     _make_data(case.data, str(data))
     script = [part.format(data=data, out=out) for part in case.script]
     command = [sys.executable, LAUNCH_LOCAL, f"--log_dir={tmp_path / 'run'}", "--nochart", "--grace_secs=30"]
-    command += [f"--timeout_secs={LAUNCHER_TIMEOUT_SECS}"]
+    command += [f"--timeout_secs={case.timeout_secs}"]
     command += case.cluster + ["--", sys.executable, RUN_LEGACY] + script
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [ROOT, os.environ.get("PYTHONPATH")])))
     return subprocess.run(
