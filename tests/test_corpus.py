@@ -58,7 +58,15 @@ CASES = {
         ["dist_mnist.py", "--data_dir={data}", "--train_steps=30", "--num_gpus=0"],
         data="idx",
     ),
-    "kubeflow_tf_smoke": Case("kubeflow_tf_smoke", ["tf_smoke.py"], cluster=MASTER),
+    "kubeflow_tf_smoke": Case(
+        "kubeflow_tf_smoke",
+        ["tf_smoke.py"],
+        cluster=MASTER,
+        timeout_secs=45,
+        xfail="the master's session never returns (the script's @retrying retries any error for 3 minutes, so none "
+        "shows): probably the compat layer's default device filters (ps and its own task) hide the worker devices the "
+        "master places ops on; and it trains nothing, which the verdict fails",
+    ),
     "ecosystem_docker_mnist": Case(
         "ecosystem_docker_mnist",
         ["mnist.py", "--data_dir={data}", "--train_dir={out}"],
