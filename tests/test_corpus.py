@@ -84,7 +84,15 @@ CASES = {
     "census_customestimator": Case("census_customestimator", CENSUS, cluster=ESTIMATOR, data="census"),
     "census_estimator": Case("census_estimator", CENSUS, cluster=ESTIMATOR, data="census"),
     # Cloud ML Engine's TF_CONFIG: the chief is "master".
-    "census_tensorflowcore": Case("census_tensorflowcore", CENSUS, cluster=MASTER, data="census"),
+    "census_tensorflowcore": Case(
+        "census_tensorflowcore",
+        CENSUS,
+        cluster=MASTER,
+        data="census",
+        xfail="compat cause: the master builds its graph on /job:worker (replica_device_setter's default), which "
+        "TF 1.x placed on a worker; the compat layer's default device filters (ps and the master's own task) leave "
+        "no worker device: InvalidArgumentError 'Cannot assign a device for operation flat_filenames'",
+    ),
     # Its cluster is written into the script: the launcher serves those addresses (in its own network namespace).
     "tmulc18_ssgd": Case(
         "tmulc18_ssgd", ["ssgd.py"], cluster=["--ps_hosts=localhost:2222", f"--worker_hosts={SSGD_WORKERS}"]
