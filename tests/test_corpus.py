@@ -147,4 +147,5 @@ def test_a_public_script_runs_unchanged_to_a_clean_end(name, tmp_path):
 
 def teardown_module():
     scripts = len({case.folder for case in CASES.values()})
-    print(f"\ncorpus: {len(CLEAN_RUNS)} of {len(CASES)} runs ({scripts} public scripts) ended clean, unchanged: {CLEAN_RUNS}")
+    counts = f"{len(CLEAN_RUNS)} of {len(CASES)} runs ({scripts} public scripts)"
+    print(f"\ncorpus: {counts} ended clean, unchanged: {CLEAN_RUNS}")
