@@ -49,6 +49,16 @@ setup(
         "spark": ["pyspark>=4.0"],
         # PyYAML and jsonschema let the tests read and check the generated
         # Kubernetes manifests with an independent parser; runtime needs neither.
-        "test": ["pytest", "pytest-timeout", "pytest-xdist>=3.8", "ruff", "pyyaml", "jsonschema", "import-linter"],
+        # retrying: imported by Kubeflow's tf_smoke.py in tests/corpus, kept as published.
+        "test": [
+            "pytest",
+            "pytest-timeout",
+            "pytest-xdist>=3.8",
+            "ruff",
+            "pyyaml",
+            "jsonschema",
+            "import-linter",
+            "retrying",
+        ],
     },
 )

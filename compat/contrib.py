@@ -1,10 +1,16 @@
-"""``tf.contrib``: the parts the toolkit provides (``training`` placement strategies); the rest fail in one line."""
+"""``tf.contrib``: the parts the compat layer provides; the rest fail in one line naming the name and its replacement.
+
+Provided: ``training``'s placement strategies (the toolkit's), and the names whose implementation
+TensorFlow 2.21 still has (``compat.contrib_names``: lookup, framework, learn's MNIST datasets;
+``compat.contrib_layers``: layers' initializers, regularizers and common layers, losses, metrics).
+"""
 
 from __future__ import annotations
 
 import types
 
 from ps_toolkit.placement import strategies
+from ps_toolkit_compat import contrib_layers, contrib_names, mnist_input_data
 from ps_toolkit_compat.removed import RemovedSymbolError
 
 
@@ -32,5 +38,51 @@ training = _Namespace(
         "RandomStrategy": strategies.RandomStrategy,
     },
 )
-contrib = _Namespace("tensorflow.contrib", "contrib", {"training": training})
-MODULES = {"tensorflow.contrib": contrib, "tensorflow.contrib.training": training}
+lookup = _Namespace("tensorflow.contrib.lookup", "contrib.lookup", contrib_names.LOOKUP)
+framework = _Namespace("tensorflow.contrib.framework", "contrib.framework", contrib_names.FRAMEWORK)
+layers = _Namespace("tensorflow.contrib.layers", "contrib.layers", contrib_layers.LAYERS)
+losses = _Namespace("tensorflow.contrib.losses", "contrib.losses", contrib_layers.LOSSES)
+metrics = _Namespace("tensorflow.contrib.metrics", "contrib.metrics", contrib_layers.METRICS)
+datasets = _Namespace("tensorflow.contrib.learn.datasets", "contrib.learn.datasets", contrib_names.LEARN_DATASETS)
+
+
+class ModeKeys:
+    """tf.contrib.learn's mode names: the estimator's own values (INFER is tf.estimator's PREDICT, 'infer')."""
+
+    TRAIN = "train"
+    EVAL = "eval"
+    INFER = "infer"
+
+
+model_fn = _Namespace(
+    "tensorflow.contrib.learn.python.learn.estimators.model_fn",
+    "contrib.learn.estimators.model_fn",
+    {"ModeKeys": ModeKeys},
+)
+estimators = _Namespace(
+    "tensorflow.contrib.learn.python.learn.estimators", "contrib.learn.estimators", {"model_fn": model_fn}
+)
+learn_python_learn = _Namespace(
+    "tensorflow.contrib.learn.python.learn", "contrib.learn", {"datasets": datasets, "estimators": estimators}
+)
+learn_python = _Namespace("tensorflow.contrib.learn.python", "contrib.learn.python", {"learn": learn_python_learn})
+learn = _Namespace(
+    "tensorflow.contrib.learn", "contrib.learn", {"datasets": datasets, "ModeKeys": ModeKeys, "python": learn_python}
+)
+members = {"training": training, "lookup": lookup, "framework": framework, "layers": layers, "losses": losses}
+contrib = _Namespace("tensorflow.contrib", "contrib", {**members, "metrics": metrics, "learn": learn})
+MODULES = {
+    "tensorflow.contrib": contrib,
+    **{f"tensorflow.contrib.{name}": module for name, module in members.items()},
+    "tensorflow.contrib.metrics": metrics,
+    "tensorflow.contrib.learn": learn,
+    "tensorflow.contrib.learn.datasets": datasets,
+    "tensorflow.contrib.learn.datasets.mnist": mnist_input_data,
+    # The path TF 1.x's own examples imported it by.
+    "tensorflow.contrib.learn.python": learn_python,
+    "tensorflow.contrib.learn.python.learn": learn_python_learn,
+    "tensorflow.contrib.learn.python.learn.estimators": estimators,
+    "tensorflow.contrib.learn.python.learn.estimators.model_fn": model_fn,
+    "tensorflow.contrib.learn.python.learn.datasets": datasets,
+    "tensorflow.contrib.learn.python.learn.datasets.mnist": mnist_input_data,
+}

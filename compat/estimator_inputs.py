@@ -1,17 +1,21 @@
-"""The estimator's bad input as one-line errors: a TF_CONFIG it cannot use, an input_fn of the wrong shape.
+"""The estimator's bad input as one-line errors that are still the ValueErrors the estimator raised.
 
-TensorFlow's estimator raises a ValueError (or a JSON error) with a traceback
-for these; under the compat layer they are ConfigErrors, which
-scripts/run_legacy.py prints as one line before exiting with status 2.
-``install()`` wraps the two places that read them:
+TensorFlow's estimator raises a ValueError (or a JSON error, itself a
+ValueError) with a traceback for a TF_CONFIG it cannot use and an input_fn
+result of the wrong shape. Under the compat layer they are
+``EstimatorValueError``s: a ValueError, so ``except ValueError`` in user code
+still catches them, and a ConfigError, so scripts/run_legacy.py prints them as
+one line and exits with status 2. Nothing is refused that the estimator
+accepts (never stricter than the original): ``install()`` wraps only
 
-- ``RunConfig.__init__``: TF_CONFIG must be a JSON object; with a ``cluster``
-  it must name this task (type and index) and a chief, as the estimator
-  requires. The evaluator is left out of the training cluster, as the
-  estimator's own docs lay it out (local launchers list it beside the others).
-- ``parse_input_fn_result``: an input_fn returns ``(features, labels)``,
-  ``features`` alone, or a ``tf.data.Dataset`` of either, where features and
-  labels are tensors or dicts of tensors.
+- ``RunConfig.__init__``: TF_CONFIG must be JSON (the estimator's own
+  ``json.loads`` raised the same ValueError); everything else is the
+  estimator's own check, its ValueError reworded with the TF_CONFIG it read.
+  The evaluator is left out of the training cluster, as the estimator's own
+  docs lay it out (local launchers list it beside the others).
+- ``parse_input_fn_result``: the estimator's ValueError (a tuple of three, say)
+  reworded; whatever it accepts (numpy arrays, lists, numbers, nested
+  structures, dicts with keys of any type) goes on to the model_fn untouched.
 """
 
 from __future__ import annotations
@@ -20,14 +24,13 @@ import functools
 import json
 import os
 
-import tensorflow as tf
-
 from ps_toolkit.base import tf_internals
 from ps_toolkit.base.errors import ConfigError
-from ps_toolkit.cluster.config import EVALUATOR, ClusterConfig
+from ps_toolkit.cluster.config import EVALUATOR
 
 TF_CONFIG = "TF_CONFIG"
-_TENSOR_TYPES = (tf.Tensor, tf.SparseTensor, tf.RaggedTensor)
+# The RunConfig attribute that keeps the TF_CONFIG it was built from (the role patches read it there).
+TF_CONFIG_READ = "_ps_toolkit_tf_config"
 
 
 def _clip(text, limit: int = 160) -> str:
@@ -35,25 +38,21 @@ def _clip(text, limit: int = 160) -> str:
     return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
+class EstimatorValueError(ConfigError, ValueError):
+    """A ValueError the estimator raised, as one line (ConfigError: run_legacy.py prints it, exit 2)."""
+
+
 def check_tf_config() -> None:
-    """Raises ConfigError (one line) for a TF_CONFIG the estimator cannot use."""
+    """Raises EstimatorValueError for a TF_CONFIG that is not JSON, as the estimator's json.loads did."""
     text = os.environ.get(TF_CONFIG)
     if not text:
         return
     try:
         payload = json.loads(text)
     except ValueError as err:
-        raise ConfigError(f"{TF_CONFIG} is not valid JSON ({err.args[0]}): {_clip(text)}") from None
+        raise EstimatorValueError(f"{TF_CONFIG} is not valid JSON ({err.args[0]}): {_clip(text)}") from None
     if not isinstance(payload, dict):
-        raise ConfigError(f"{TF_CONFIG} must be a JSON object, got {_clip(text)}")
-    if payload.get("cluster"):
-        task = payload.get("task")
-        if not isinstance(task, dict) or "type" not in task or "index" not in task:
-            raise ConfigError(
-                f"{TF_CONFIG} has a cluster but no task with a type and an index "
-                f'(like "task": {{"type": "worker", "index": 0}}): {_clip(text)}'
-            )
-        ClusterConfig.from_dict(payload, TF_CONFIG)  # one-line errors for the cluster and the task in it
+        raise EstimatorValueError(f"{TF_CONFIG} must be a JSON object, got {_clip(text)}")
 
 
 def _training_cluster(tf_config: dict) -> dict:
@@ -75,11 +74,12 @@ def _wrap_run_config() -> None:
 
     @functools.wraps(original_setting)
     def init_distributed_setting(self, tf_config):
+        setattr(self, TF_CONFIG_READ, tf_config)
         try:
             return original_setting(self, _training_cluster(tf_config))
         except ValueError as err:
             first = str(err).strip().splitlines()[0]
-            raise ConfigError(f"{TF_CONFIG}: {first} ({TF_CONFIG}={_clip(json.dumps(tf_config))})") from None
+            raise EstimatorValueError(f"{TF_CONFIG}: {first} ({TF_CONFIG}={_clip(json.dumps(tf_config))})") from None
 
     cls.__init__ = __init__
     tf_internals.set_run_config_cluster_setting(init_distributed_setting)
@@ -92,18 +92,6 @@ def _describe(value) -> str:
     return f"a value of type {type(value).__name__}"
 
 
-def _check_part(value, what: str, result) -> None:
-    allowed = value is None if what == "labels" else False
-    leaves = tf.nest.flatten(value) if isinstance(value, dict) else [value]
-    if allowed or (leaves and all(isinstance(leaf, _TENSOR_TYPES) for leaf in leaves)):
-        return
-    raise ConfigError(
-        f"an input_fn returned {_describe(result)} whose {what} are {_describe(value)}; an Estimator's input_fn "
-        "returns (features, labels), features alone, or a tf.data.Dataset of them, where both are tensors "
-        "or dicts of tensors"
-    )
-
-
 def _wrap_parse_input_fn_result() -> None:
     original = tf_internals.input_fn_result_parser()
 
@@ -112,12 +100,10 @@ def _wrap_parse_input_fn_result() -> None:
         try:
             features, labels, hooks = original(result)
         except ValueError as err:
-            raise ConfigError(
+            raise EstimatorValueError(
                 f"an input_fn returned {_describe(result)}: {str(err).splitlines()[0]} "
                 "(an Estimator's input_fn returns (features, labels), features alone, or a tf.data.Dataset of them)"
             ) from None
-        _check_part(features, "features", result)
-        _check_part(labels, "labels", result)
         return features, labels, hooks
 
     parse_input_fn_result._ps_toolkit_checked = True

@@ -31,12 +31,15 @@ import logging
 import os
 import types
 
+import tensorflow as tf
+
 from ps_toolkit_compat import estimator_support
 
 estimator_support.load()  # the package imports only once TensorFlow's dropped internals are supplied
 
 from ps_toolkit.base import tf_internals  # noqa: E402
-from ps_toolkit.cluster.config import CHIEF, ClusterConfig  # noqa: E402
+from ps_toolkit.base.errors import ConfigError  # noqa: E402
+from ps_toolkit.cluster.config import CHIEF, JOB_ALIASES, ClusterConfig  # noqa: E402
 from ps_toolkit.cluster.preflight import check_host_resolves, check_port_free  # noqa: E402
 from ps_toolkit.task import startup  # noqa: E402
 from ps_toolkit.task.server import serve_until_done, signal_done  # noqa: E402
@@ -55,6 +58,8 @@ WORKER_DELAY_SECS = 1
 MAX_WORKER_DELAY_SECS = 5
 PS_ORPHAN_SECS = 300.0
 _CLOCK = EvaluatorClock()
+# Captured before a test (or a script) replaces the class: only a real server has done queues to serve.
+_SERVER_CLASS = tf.distribute.Server
 
 
 class _DelegatingModule(types.ModuleType):
@@ -69,15 +74,38 @@ class _DelegatingModule(types.ModuleType):
         return getattr(self._base, name)
 
 
-def _cluster() -> ClusterConfig:
-    """This task's cluster, from TF_CONFIG (already checked by RunConfig, see compat.estimator_inputs)."""
-    return ClusterConfig.from_tf_config(os.environ.get("TF_CONFIG", "{}"))
+def _cluster_of(config) -> ClusterConfig | None:
+    """This task's cluster as the RunConfig the user built holds it ("master" read as the chief); None where
+    it has none, or holds a form TensorFlow accepts and the toolkit's ClusterConfig does not ('host0:0', a
+    sparse job): such a task starts and ends as the estimator's own did."""
+    try:
+        spec = config.cluster_spec.as_dict() if config.cluster_spec else {}
+        if not spec or config.task_type is None or config.task_id is None:
+            return None
+        if any(not isinstance(hosts, list | tuple) for hosts in spec.values()):
+            return None
+        jobs = {JOB_ALIASES.get(job, job): tuple(hosts) for job, hosts in spec.items()}
+        task_type = JOB_ALIASES.get(config.task_type, config.task_type)
+        return ClusterConfig(jobs=jobs, task_type=task_type, task_index=int(config.task_id), source="the RunConfig")
+    except (ConfigError, TypeError, ValueError, AttributeError):
+        return None
 
 
-def _chief_address() -> str | None:
-    cluster = json.loads(os.environ.get("TF_CONFIG", "{}")).get("cluster", {})
+def _model_dir(estimator) -> str | None:
+    """The estimator's model dir as a str path, or None when it is none (a test's stand-in estimator)."""
+    model_dir = getattr(estimator, "model_dir", None)
+    return os.fsdecode(model_dir) if isinstance(model_dir, str | bytes | os.PathLike) else None
+
+
+def _chief_address(config) -> str | None:
+    """The chief's (or master's) address from the TF_CONFIG the RunConfig read (an evaluator's RunConfig
+    keeps no training cluster), else from the environment."""
+    tf_config = getattr(config, estimator_inputs.TF_CONFIG_READ, None)
+    if tf_config is None:
+        tf_config = json.loads(os.environ.get("TF_CONFIG") or "{}")
+    cluster = tf_config.get("cluster") if isinstance(tf_config, dict) else None
     for job in (CHIEF, "master"):
-        if cluster.get(job):
+        if isinstance(cluster, dict) and isinstance(cluster.get(job), list) and cluster[job]:
             return cluster[job][0]
     return None
 
@@ -95,8 +123,8 @@ class _WatchingEvalListener(tf_internals.continuous_eval_listener_class()):
         return self._inner.before_eval()
 
     def after_eval(self, eval_result):
-        if eval_result.checkpoint_path:
-            self._watch.evaluated(eval_result.checkpoint_path)
+        if isinstance(eval_result.checkpoint_path, str | bytes) and eval_result.checkpoint_path:
+            self._watch.evaluated(os.fsdecode(eval_result.checkpoint_path))
         self._watch.check_chief()
         return self._inner.after_eval(eval_result)
 
@@ -107,35 +135,52 @@ class TrainingExecutor(tf_internals.training_executor_base()):
     _server = None
 
     def start_std_server(self, config):
-        cluster = _cluster()
-        startup.begin(cluster, checks=False)  # the start-up of every entry point; its port kept private
-        check_host_resolves(cluster)
-        check_port_free(cluster)
-        task_context.set_task(cluster.task_type, cluster.task_index)
+        cluster = _cluster_of(config)
+        if cluster is not None:
+            startup.begin(cluster, checks=False)  # the start-up of every entry point; its port kept private
+            check_host_resolves(cluster)
+            check_port_free(cluster)
+        task_context.set_task(config.task_type, config.task_id)
         self._server = super().start_std_server(config)
         return self._server
 
     def run_ps(self):
-        server = self.start_std_server(self.estimator.config)
-        cluster = _cluster()
+        config = self.estimator.config
+        server = self.start_std_server(config)
+        cluster = _cluster_of(config)
+        if cluster is None or not isinstance(server, _SERVER_CLASS):
+            # Nothing to count the replicas by (or a server that is not TensorFlow's): the estimator's join().
+            server.join()
+            return
         order = serve_until_done(cluster, server, orphan_timeout_secs=PS_ORPHAN_SECS)
         log.info("%s: every replica is done (%s); exiting", cluster.device, order)
         raise SystemExit(0)
 
     def run_chief(self):
-        mark_training_started(self.estimator.model_dir)
+        self._mark(mark_training_started)
         result = super().run_chief()
-        mark_training_finished(self.estimator.model_dir)
+        self._mark(mark_training_finished)
         self._signal_done()
         return result
 
     def run_master(self):
         """The TF 1.0-era "master" task: trains and evaluates in one process, as the chief does with an evaluator."""
-        mark_training_started(self.estimator.model_dir)
+        self._mark(mark_training_started)
         result = super().run_master()
-        mark_training_finished(self.estimator.model_dir)
+        self._mark(mark_training_finished)
         self._signal_done()
         return result
+
+    def _mark(self, mark) -> None:
+        """The evaluator's start/finish marker in the model dir: a help, never a new way to fail (a model dir
+        that is not a path, or not there, costs the evaluator only its early end)."""
+        model_dir = _model_dir(self.estimator)
+        if model_dir is None:
+            return
+        try:
+            mark(model_dir)
+        except OSError as err:
+            log.warning("cannot mark the end of training for the evaluator in %s: %s", model_dir, err)
 
     def run_worker(self):
         result = super().run_worker()
@@ -143,12 +188,19 @@ class TrainingExecutor(tf_internals.training_executor_base()):
         return result
 
     def _signal_done(self):
-        if self._server is not None:
-            signal_done(_cluster(), self._server.target)
+        cluster = _cluster_of(self.estimator.config)
+        if cluster is not None and isinstance(self._server, _SERVER_CLASS):
+            signal_done(cluster, self._server.target)
 
     def run_evaluator(self):
+        model_dir = _model_dir(self.estimator)
+        if model_dir is None:
+            return super().run_evaluator()
         watch = CheckpointWatch(
-            self.estimator.model_dir, self.train_spec.max_steps, _chief_address(), orphan_secs_from_env()
+            model_dir,
+            self.train_spec.max_steps,
+            _chief_address(self.estimator.config),
+            orphan_secs_from_env(),
         )
         self.continuous_eval_listener = _WatchingEvalListener(watch, self.continuous_eval_listener)
         _CLOCK.watch = watch

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 import os
 import re
 import time
@@ -143,7 +144,8 @@ class CheckpointWatch:
     def wait(self, secs: float) -> None:
         """Waits up to ``secs`` in 1 s slices; returns early for the final checkpoint, raises for a lost chief."""
         deadline = time.monotonic() + secs
-        while True:
+        # Bounded by count as well as by time: a time.sleep that does not sleep (a test's mock) cannot spin it.
+        for _ in range(math.ceil(max(secs, 0) / POLL_SECS) + 1):
             if self.final_checkpoint_pending():
                 log.info("evaluator: the final checkpoint is written; evaluating it now")
                 return

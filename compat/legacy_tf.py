@@ -25,7 +25,16 @@ import types
 import tensorflow as _real_tf
 
 from ps_toolkit.training.hooks import quiet_cancelled_queue_runners
-from ps_toolkit_compat import contrib, estimator_support, mnist_input_data, supervision, task_context, task_start
+from ps_toolkit_compat import (
+    contrib,
+    estimator_support,
+    internal_modules,
+    mnist_input_data,
+    mnist_tutorial,
+    supervision,
+    task_context,
+    task_start,
+)
 from ps_toolkit_compat.removed import RemovedModuleError, RemovedSymbolError
 from ps_toolkit_compat.tfra import install as tfra_install
 
@@ -64,7 +73,10 @@ def real_tensorflow() -> types.ModuleType:
 
 def _examples() -> dict[str, types.ModuleType]:
     mnist = LegacyModule(
-        "tensorflow.examples.tutorials.mnist", "examples.tutorials.mnist.", None, {"input_data": mnist_input_data}
+        "tensorflow.examples.tutorials.mnist",
+        "examples.tutorials.mnist.",
+        None,
+        {"input_data": mnist_input_data, "mnist": mnist_tutorial},
     )
     tutorials = LegacyModule("tensorflow.examples.tutorials", "examples.tutorials.", None, {"mnist": mnist})
     examples = LegacyModule("tensorflow.examples", "examples.", None, {"tutorials": tutorials})
@@ -75,6 +87,7 @@ def _examples() -> dict[str, types.ModuleType]:
         "tensorflow.examples.tutorials": tutorials,
         "tensorflow.examples.tutorials.mnist": mnist,
         "tensorflow.examples.tutorials.mnist.input_data": mnist_input_data,
+        "tensorflow.examples.tutorials.mnist.mnist": mnist_tutorial,
     }
 
 
@@ -117,9 +130,26 @@ def build(estimator_api) -> tuple[LegacyModule, dict[str, types.ModuleType]]:
         "compat": _real_tf.compat,
         "__path__": _real_tf.__path__,
         "__version__": _real_tf.__version__,
+        # importlib.util.find_spec("tensorflow") (etils, tensorflow_datasets) reads the module's spec.
+        "__spec__": _real_tf.__spec__,
+        "__file__": _real_tf.__file__,
+        "__loader__": _real_tf.__loader__,
     }
     legacy = LegacyModule("tensorflow", "", _v1, members, fallback=_real_tf)
     return legacy, {"tensorflow.train": train, **submodules}
+
+
+# The session and server classes whose start and end the compat layer fixes (compat.supervision, task_context).
+_STARTS_AND_ENDS = ("Server", "Supervisor", "SessionManager", "MonitoredTrainingSession", "SyncReplicasOptimizer")
+
+
+def _serve_compat_v1(legacy: LegacyModule) -> None:
+    """``import tensorflow.compat.v1 as tf`` scripts get the same starts and ends as TF 1.x ones: the
+    compat layer's session and server classes in tf.compat.v1 too (each one subclasses or calls
+    TensorFlow's own, captured when it was defined)."""
+    for name in _STARTS_AND_ENDS:
+        setattr(_v1.train, name, legacy.train.__dict__[name])
+    _v1.Session = supervision.Session
 
 
 class _RemovedModuleFinder(importlib.abc.MetaPathFinder):
@@ -150,7 +180,10 @@ def install() -> LegacyModule:
         _v1.estimator = estimator_api.v1
         _real_tf.compat.v2.estimator = estimator_api.v2
     legacy, submodules = build(estimator_api)
+    _serve_compat_v1(legacy)
     sys.modules.update(submodules)
+    sys.modules.update(internal_modules.MODULES)
+    internal_modules.install_finders()
     sys.modules["tensorflow"] = legacy
     sys.meta_path.insert(0, _RemovedModuleFinder())
     tfra_install.install()  # ``import tensorflow_recommenders_addons``: TFRA's graph-mode API on the toolkit's tables

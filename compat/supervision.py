@@ -27,6 +27,7 @@ import tensorflow as tf
 from ps_toolkit.base import tf_internals
 from ps_toolkit.task.sessions import FastWorkerSessionCreator
 from ps_toolkit.training.hooks import SyncReleaseHook, release_tokens_op
+from ps_toolkit_compat import progress_hook
 from ps_toolkit_compat.task_context import filled_config
 
 _v1 = tf.compat.v1
@@ -203,7 +204,9 @@ class Supervisor(_v1.train.Supervisor):
             log.info("a queue runner was cancelled when its session closed: %s", err.message.splitlines()[0])
 
 
-_MTS_SIGNATURE = inspect.signature(_v1.train.MonitoredTrainingSession)
+# TensorFlow's own: legacy_tf.install() puts the function below in its place for tf.compat.v1 scripts.
+_TF_MONITORED_TRAINING_SESSION = _v1.train.MonitoredTrainingSession
+_MTS_SIGNATURE = inspect.signature(_TF_MONITORED_TRAINING_SESSION)
 
 
 def MonitoredTrainingSession(*args, **kwargs):  # noqa: N802 -- TF 1.x's name
@@ -215,8 +218,10 @@ def MonitoredTrainingSession(*args, **kwargs):  # noqa: N802 -- TF 1.x's name
     releases = release_ops(graph)
     if releases:
         arguments["hooks"] = [*(arguments.get("hooks") or []), SyncReleaseHook(releases)]
+    if progress_hook.wanted():
+        arguments["hooks"] = [*(arguments.get("hooks") or []), progress_hook.ProgressHook()]
     if arguments.get("is_chief", True):
-        return _v1.train.MonitoredTrainingSession(**arguments)
+        return _TF_MONITORED_TRAINING_SESSION(**arguments)
     # TF's non-chief path, with a creator that polls every second instead of 30 s.
     creator = FastWorkerSessionCreator(
         arguments.get("scaffold") or _v1.train.Scaffold(),

@@ -76,3 +76,13 @@ def test_in_process_cluster_runs_a_step_on_the_ps(in_process_cluster):
     with tf.compat.v1.Session(in_process_cluster.targets["worker"][1], graph=graph) as session:
         assert session.run(increment) == 10  # the variable lives on the shared ps
     assert set(in_process_cluster.cluster_spec) == {"ps", "worker"}
+
+
+def test_verdict_is_the_launchers_rule(tmp_path):
+    with LocalCluster(num_ps=1, num_workers=1, command=FAKE_TASK, log_dir=str(tmp_path / "a")) as cluster:
+        assert cluster.verdict(timeout_secs=30) == "the result line of worker:0"
+    silent = [*FAKE_TASK, "--steps=0", "--no_result"]
+    cluster = LocalCluster(num_ps=1, num_workers=1, chief=True, command=silent, log_dir=str(tmp_path / "b"))
+    with cluster, pytest.raises(TaskFailedError, match="finished with status 0, but nothing trained") as caught:
+        cluster.verdict(timeout_secs=30)
+    assert caught.value.name == "chief:0" and "chief:0 starting" in str(caught.value)

@@ -107,6 +107,7 @@ def test_a_full_log_folder_costs_one_warning_not_the_run(tmp_path, small_tmpfs):
     warnings = [line for line in output.splitlines() if "cannot write to the log folder" in line]
     assert len(warnings) == 1 and "No space left on device" in warnings[0], output
     assert "launcher: succeeded: the chief (worker:0) finished with status 0" in output
+    assert "whether it trained is unknown: its output did not fit in the log folder" in output, output
     assert "Traceback" not in output
 
 

@@ -11,8 +11,8 @@ from ps_toolkit.base.errors import ConfigError
 from ps_toolkit.launch.charts import write_progress_chart
 from ps_toolkit.launch.drills import DrillSchedule, parse_kill
 from ps_toolkit.launch.launcher import LaunchOptions
+from ps_toolkit.launch.policy import Policy
 from ps_toolkit.launch.status import Console, StepRate, SummaryRow, status_text, summary_table
-from ps_toolkit.launch.supervisor import Policy
 from ps_toolkit.launch.task_output import TaskOutput, parse_progress, parse_result
 from ps_toolkit.launch.task_plan import Topology, default_command, plan_tasks
 
@@ -165,3 +165,28 @@ def test_drill_schedule_releases_drills_in_time_order():
     assert schedule.next_at() == 101.0 and schedule.due(100.5) == []
     assert schedule.due(103.0) == [("ps", 0, 1.0), ("worker", 1, 3.0)]
     assert schedule.next_at() == float("inf") and schedule.due(200.0) == []
+
+
+def test_an_estimators_log_lines_give_the_global_step(tmp_path):
+    output = TaskOutput("chief:0", open(tmp_path / "log", "ab"), None)  # noqa: SIM115 - closed below
+    output.feed("stderr", b"INFO:tensorflow:Saving checkpoints for 0 into /m/model.ckpt.\n")
+    assert output.global_step == 0
+    output.feed("stderr", b"I1123 06:12:58.170337 139622 basic_session_run_hooks.py:262] loss = 0.3, step = 200\n")
+    output.feed("stderr", b"INFO:tensorflow:Saving checkpoints for 300 into /m/model.ckpt.\n")
+    assert output.global_step == 300 and output.printed_loss is None, "a library's log line is no print"
+    output.feed("stdout", b"epoch 3: loss 0.25\n")
+    assert output.printed_loss == 0.25
+    output.close()
+
+
+def test_task_args_and_chief_role_are_checked_when_the_plan_is_made():
+    jobs = {"ps": ("localhost:9001",), "chief": ("localhost:9002",)}
+    with pytest.raises(ConfigError, match=r"--task_args='--id=\{task\}' names \{task\}; the fields are job, index"):
+        plan_tasks(jobs, ["python", "x.py"], base_env={}, task_args="--id={task}")
+    with pytest.raises(ConfigError, match="--chief_role_name='boss'; valid: chief, master"):
+        plan_tasks(jobs, ["python", "x.py"], base_env={}, chief_role="boss")
+    chief = plan_tasks(jobs, ["python", "x.py"], base_env={}, chief_role="master", task_args="--role={job}")[1]
+    assert chief.argv == ("python", "x.py", "--role=master") and json.loads(chief.env["PS_TOOLKIT_CLUSTER_ARGS"]) == [
+        "--role=master"
+    ]
+    assert json.loads(chief.env["TF_CONFIG"])["cluster"] == {"ps": ["localhost:9001"], "master": ["localhost:9002"]}

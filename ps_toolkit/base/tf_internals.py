@@ -431,6 +431,37 @@ def set_estimator_train_module(module) -> None:
     estimator.training = module
 
 
+# --- tf.contrib.lookup (compat/contrib_names.py) ---------------------------------------------------------------
+
+_LOOKUP_OPS = "tensorflow.python.ops.lookup_ops"
+LOOKUP_FUNCTIONS = tuple(
+    _use(
+        _LOOKUP_OPS,
+        name,
+        "compat/contrib_names.py",
+        "tf.contrib.lookup's name for it; TensorFlow 2 kept the function in lookup_ops with no public name",
+    )
+    for name in (
+        "index_table_from_tensor",
+        "index_table_from_file",
+        "index_to_string_table_from_tensor",
+        "index_to_string_table_from_file",
+        "IdTableWithHashBuckets",
+        "HashTable",
+        "MutableDenseHashTable",
+    )
+)
+
+
+def lookup_function(name: str):
+    """``tensorflow.python.ops.lookup_ops.<name>``, one of LOOKUP_FUNCTIONS."""
+    import importlib
+
+    if name not in LOOKUP_FUNCTIONS:
+        raise KeyError(name)
+    return getattr(importlib.import_module(_LOOKUP_OPS), name)
+
+
 # --- tensorflow-estimator: RunConfig and input_fn results (compat/estimator_inputs.py, estimator_support.py) ------
 
 _RUN_CONFIG = f"{_ESTIMATOR}.run_config.RunConfig"

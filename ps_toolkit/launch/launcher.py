@@ -26,10 +26,11 @@ from ps_toolkit.base import paths
 from ps_toolkit.base.errors import EXIT_PORT_IN_USE, ConfigError
 from ps_toolkit.launch import charts
 from ps_toolkit.launch.console_stream import BestEffortStream
+from ps_toolkit.launch.policy import Policy
 from ps_toolkit.launch.ports import reserve_ports
 from ps_toolkit.launch.status import Console, summary_table
-from ps_toolkit.launch.supervisor import LogFolderWarning, Policy, Supervisor
-from ps_toolkit.launch.task_plan import Topology, plan_tasks, task_env
+from ps_toolkit.launch.supervisor import LogFolderWarning, Supervisor
+from ps_toolkit.launch.task_plan import CHIEF_ROLES, Topology, check_task_args, plan_tasks, task_env
 from ps_toolkit.process import lifecycle
 from ps_toolkit.process.fork_client import START_METHODS, TaskStarter
 
@@ -44,7 +45,7 @@ class LaunchOptions:
     Example:
         options = LaunchOptions(Topology(num_ps=1, num_workers=2), command=default_command(["--train_steps=200"]))
         result = launch(options)
-        result.exit_code     # 0 when the chief finished with status 0
+        result.exit_code     # 0 when the chief finished with 0, no task failed for good and training happened
         LaunchOptions(..., policy=Policy(restart="on-failure", kills=(("ps", 0, 5.0),)))   # a chaos drill
     """
 
@@ -60,6 +61,8 @@ class LaunchOptions:
     # (ps_toolkit.process.fork_server: the host's, named by PS_TOOLKIT_FORK_SERVER, or the
     # launch's own); exec: every task is a fresh process, as any other command is.
     start_method: str = "fork"
+    chief_role: str = "chief"  # "master": the chief's name in TF_CONFIG and the flags (task_plan)
+    task_args: str | None = None  # None: the classic cluster flags; "none": TF_CONFIG alone; or a template
 
     def __post_init__(self):
         object.__setattr__(self, "command", tuple(self.command))
@@ -67,6 +70,9 @@ class LaunchOptions:
             raise ConfigError("the task command is empty")
         if self.start_method not in START_METHODS:
             raise ConfigError(f"--start_method={self.start_method!r}; valid: {', '.join(START_METHODS)}")
+        if self.chief_role not in CHIEF_ROLES:
+            raise ConfigError(f"--chief_role_name={self.chief_role!r}; valid: {', '.join(CHIEF_ROLES)}")
+        check_task_args(self.task_args)
         if self.port_attempts < 1:
             raise ConfigError(f"port_attempts={self.port_attempts} must be at least 1")
         jobs = self.topology.jobs_for_ports(range(1, self.topology.num_tasks + 1))
@@ -147,7 +153,9 @@ def _attempts(options: LaunchOptions, console: Console, log_dir: str, log_warnin
             reservation = None if options.topology.explicit else reserve_ports(options.topology.num_tasks)
             try:
                 jobs = options.topology.jobs_for_ports(reservation.ports if reservation else ())
-                plans = plan_tasks(jobs, options.command, base_env=env)
+                plans = plan_tasks(
+                    jobs, options.command, base_env=env, chief_role=options.chief_role, task_args=options.task_args
+                )
                 console.line("launcher: cluster " + ", ".join(f"{p.name}={p.address}" for p in plans))
                 supervisor = Supervisor(
                     plans,

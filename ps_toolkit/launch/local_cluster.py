@@ -15,8 +15,10 @@ import time
 from collections.abc import Mapping, Sequence
 
 from ps_toolkit.base import paths
-from ps_toolkit.cluster.config import EVALUATOR, ClusterConfig
+from ps_toolkit.cluster.config import CHIEF, EVALUATOR, WORKER, ClusterConfig
+from ps_toolkit.launch import verdict
 from ps_toolkit.launch.ports import reserve_ports
+from ps_toolkit.launch.task_output import LOG, TaskOutput
 from ps_toolkit.launch.task_plan import TaskPlan, Topology, default_command, plan_tasks, task_env
 from ps_toolkit.process import stack_dump
 from ps_toolkit.process.fork_client import TaskStarter
@@ -30,7 +32,8 @@ class TaskFailedError(RuntimeError):
 
     def __init__(self, name: str, exit_code: int | None, log_tail: str):
         what = "did not end in time" if exit_code is None else f"exited with status {exit_code}"
-        super().__init__(f"{name} {what}; last lines of its log:\n{log_tail}")
+        # Status 0 comes with the verdict's own message (the chief ended without training).
+        super().__init__(log_tail if exit_code == 0 else f"{name} {what}; last lines of its log:\n{log_tail}")
         self.name, self.exit_code, self.log_tail = name, exit_code, log_tail
 
 
@@ -64,12 +67,15 @@ class LocalCluster:
         env: Mapping[str, str] | None = None,
         stop_grace_secs: float = 5.0,
         start_method: str = "fork",
+        chief_role: str = "chief",
+        task_args: str | None = None,
     ):
         self._topology = Topology(num_ps=num_ps, num_workers=num_workers, chief=chief, evaluator=evaluator)
         self._command = list(command) if command else None
         self._train_args = list(train_args)
         self._log_dir = log_dir
         self._env = env
+        self._chief_role, self._task_args = chief_role, task_args  # as the launcher's (task_plan.plan_tasks)
         # Every task's process, under its name 'job:index'.
         self._group = ProcessGroup(TaskStarter(start_method), stop_grace_secs=stop_grace_secs)
         self._reservation = None
@@ -89,7 +95,14 @@ class LocalCluster:
         self._reservation = reserve_ports(self._topology.num_tasks)
         jobs = self._topology.jobs_for_ports(self._reservation.ports)
         try:
-            for plan in plan_tasks(jobs, self._command, base_env=task_env(self._env)):
+            plans = plan_tasks(
+                jobs,
+                self._command,
+                base_env=task_env(self._env),
+                chief_role=self._chief_role,
+                task_args=self._task_args,
+            )
+            for plan in plans:
                 self._plans[plan.name] = plan
                 self.restarts[plan.name] = 0
                 self._spawn(plan)
@@ -174,6 +187,30 @@ class LocalCluster:
         if pending:
             raise TaskFailedError(pending[0], None, self._tail(pending[0]) + self._stacks(pending[0]))
         return codes
+
+    def verdict(self, timeout_secs: float = 300.0) -> str:
+        """The launcher's verdict on this cluster (``ps_toolkit.launch.verdict``): waits for the chief, the
+        workers and the evaluator as ``wait`` does, then raises TaskFailedError (naming the chief and its
+        last lines) unless training happened. Returns what shows that it did, e.g. 'global step 200 (chief:0)'."""
+        jobs = (CHIEF, WORKER, EVALUATOR)
+        codes = self.wait(jobs, timeout_secs)
+        outputs = {name: self._output(name) for name in codes}
+        chief = f"{CHIEF}:0" if f"{CHIEF}:0" in self._plans else f"{WORKER}:0"
+        message = f"the chief ({chief}) finished with status 0"
+        ends = [verdict.TaskEnd(name, "finished") for name in codes]
+        ok, message, _ = verdict.confirm(message, ends, outputs, chief, list(outputs[chief].tail))
+        if not ok:
+            raise TaskFailedError(chief, 0, message)
+        return verdict.training_evidence(outputs) or ""
+
+    def _output(self, name: str) -> TaskOutput:
+        """The task's log read back as the launcher reads it (progress, results, printed scores)."""
+        plan = self._plans[name]
+        with open(os.devnull, "ab", buffering=0) as sink, open(self.log_path(plan.job, plan.index), "rb") as log:
+            output = TaskOutput(name, sink, None)
+            output.feed(LOG, log.read())
+            output.feed(LOG, b"")
+        return output
 
     def _stacks(self, name: str) -> str:
         """The running task's Python stacks (stack_dump), as a section of an error message; '' if none."""

@@ -5,9 +5,9 @@ One event loop watches every task process through a ``ProcessGroup``
 and a signal wake-up fd with a bounded timeout, never on a sleep, and reads
 what the tasks appended to their log files each time it wakes (at least every
 ``TAIL_SECS``). A task writes its output into its log file itself, so it never
-waits on the launcher. Policies: success (the chief, or all workers, finished with 0), restart
-in place on failure, scheduled SIGKILL drills, and teardown of everything that
-is still running once the run is decided.
+waits on the launcher. Policies: success (the chief, or all workers, finished with 0, then
+``verdict.confirm``: no task failed for good and training happened), restart in place on
+failure, scheduled SIGKILL drills, and teardown of everything still running once the run is decided.
 """
 
 from __future__ import annotations
@@ -19,10 +19,11 @@ import signal
 import time
 from collections.abc import Callable, Sequence
 
-from ps_toolkit.base import flag_ranges
-from ps_toolkit.base.errors import EXIT_CONFIG, EXIT_ENVIRONMENT, EXIT_PORT_IN_USE, ConfigError
+from ps_toolkit.base.errors import EXIT_CONFIG, EXIT_ENVIRONMENT, EXIT_PORT_IN_USE
 from ps_toolkit.cluster.config import CHIEF, PS, WORKER
+from ps_toolkit.launch import verdict
 from ps_toolkit.launch.drills import DrillSchedule
+from ps_toolkit.launch.policy import Policy
 from ps_toolkit.launch.status import (
     Console,
     StepRate,
@@ -42,38 +43,6 @@ from ps_toolkit.process.group import ProcessGroup
 TAIL_SECS = 0.2
 # How often the log folder's free space is checked.
 _SPACE_CHECK_SECS = 1.0
-
-
-SUCCESS_POLICIES = ("chief", "all_workers")
-RESTART_POLICIES = ("never", "on-failure")
-
-
-@dataclasses.dataclass(frozen=True)
-class Policy:
-    """How a run is judged and what happens to failed tasks; checked when made (ConfigError)."""
-
-    success_policy: str = "chief"  # chief: the chief's status 0 ends the run; all_workers: every worker's
-    grace_secs: float = 10.0  # after success, time the other workers get to end by themselves
-    ps_grace_secs: float = 5.0  # then the time parameter servers get
-    stop_grace_secs: float = 5.0  # between SIGTERM and SIGKILL when a task is stopped
-    restart: str = "never"  # or on-failure: restart failed tasks in place
-    max_restarts: int = 3  # per task
-    kills: tuple = ()  # chaos drills: ((job, index, seconds after launch), ...)
-    timeout_secs: float | None = None  # stop everything and fail after this long
-    retry_port_conflicts: bool = True  # the launcher sets it: only reserved ports can be redrawn
-
-    def __post_init__(self):
-        object.__setattr__(self, "kills", tuple(self.kills))
-        if self.success_policy not in SUCCESS_POLICIES:
-            raise ConfigError(f"--success_policy={self.success_policy!r}; valid: {', '.join(SUCCESS_POLICIES)}")
-        if self.restart not in RESTART_POLICIES:
-            raise ConfigError(f"--restart={self.restart!r}; valid: {', '.join(RESTART_POLICIES)}")
-        for name in ("grace_secs", "ps_grace_secs", "stop_grace_secs"):
-            flag_ranges.check_seconds(name, getattr(self, name), zero_ok=True, none_ok=False)
-        flag_ranges.check_int("max_restarts", self.max_restarts, low=0, high=10_000)
-        flag_ranges.check_seconds("timeout_secs", self.timeout_secs)
-        for job, index, secs in self.kills:
-            flag_ranges.check_seconds(f"kill={job}:{index}@", secs, zero_ok=True, none_ok=False)
 
 
 @dataclasses.dataclass
@@ -129,6 +98,8 @@ class _Task:
         self.started_at = 0.0
         self.stop_requested = False
         self.drill_killed = False
+        self.failure: str | None = None  # why it failed for good, as the verdict names it
+        self.exit_code = 0
 
 
 class Supervisor:
@@ -192,6 +163,7 @@ class Supervisor:
             self._restarts_allowed = False
             if self._outcome.succeeded:
                 self._wind_down()
+                self._confirm_success()
         finally:
             self._stop([t for t in self._tasks.values() if self._alive(t)])
             # Descendants of tasks that already exited may linger in their sessions: no grace for them.
@@ -225,6 +197,21 @@ class Supervisor:
         self._stop([t for t in others if self._alive(t)])
         servers = [t for t in self._tasks.values() if t.plan.job == PS]
         self._watch(lambda: not any(self._alive(t) for t in servers), time.monotonic() + self._policy.ps_grace_secs)
+
+    def _confirm_success(self) -> None:
+        """After the wind-down: a task that failed meanwhile, or a run that trained nothing, is a failure."""
+        chief = self._chief()
+        ends = [verdict.TaskEnd(t.plan.name, t.state, t.failure, t.exit_code) for t in self._tasks.values()]
+        outputs = {n: t.output for n, t in self._tasks.items() if t.plan.job != PS}
+        self._check_log_space(float("inf"))  # now, not at the next second: the run may end first
+        lost = self._log_warning.given
+        ok, message, code = verdict.confirm(
+            self._outcome.message, ends, outputs, chief.plan.name, chief.output.tail, output_lost=lost
+        )
+        self._outcome = Outcome(ok, message, code)
+
+    def _chief(self) -> _Task:
+        return self._tasks.get(f"{CHIEF}:0") or self._tasks[f"{WORKER}:0"]
 
     def _decide(self, succeeded: bool, message: str, exit_code: int, *, port_conflict=False) -> None:
         if self._outcome is None:
@@ -313,25 +300,22 @@ class Supervisor:
             task.drill_killed = False
             self._start(task)
             return
-        if self._outcome is None:
-            tail = "\n".join(f"    {line}" for line in task.output.tail)
-            budget = ""
-            if policy.restart == "on-failure" and code in (EXIT_CONFIG, EXIT_ENVIRONMENT):
-                budget = " (not restarted: a permanent status)"
-            elif policy.restart == "on-failure" and task.restarts >= policy.max_restarts:
-                budget = f" (restart budget spent: {task.restarts}/{policy.max_restarts} restarts used)"
-            # A task killed with its fork server is not the cause, and its log does not say what is.
-            process = self._group.process(name)
-            server_gone = process.server_gone if isinstance(process, ForkedProcess) and code < 0 else None
-            if server_gone:
-                where = f" with its fork server, {server_gone}, which has gone; every log is in {self._log_dir}"
-            else:
-                where = f"; last lines of {task.log_path}:\n{tail}"
-            self._decide(
-                False,
-                f"{name} ({task.plan.address}) {describe_exit(code, task.drill_killed)}{budget}{where}",
-                code if code > 0 else 1,
-            )
+        tail = "\n".join(f"    {line}" for line in task.output.tail)
+        budget = ""
+        if policy.restart == "on-failure" and code in (EXIT_CONFIG, EXIT_ENVIRONMENT):
+            budget = " (not restarted: a permanent status)"
+        elif policy.restart == "on-failure" and task.restarts >= policy.max_restarts:
+            budget = f" (restart budget spent: {task.restarts}/{policy.max_restarts} restarts used)"
+        # A task killed with its fork server is not the cause, and its log does not say what is.
+        process = self._group.process(name)
+        server_gone = process.server_gone if isinstance(process, ForkedProcess) and code < 0 else None
+        if server_gone:
+            where = f" with its fork server, {server_gone}, which has gone; every log is in {self._log_dir}"
+        else:
+            where = f"; last lines of {task.log_path}:\n{tail}"
+        task.failure = f"{name} ({task.plan.address}) {describe_exit(code, task.drill_killed)}{budget}{where}"
+        task.exit_code = code if code > 0 else 1
+        self._decide(False, task.failure, task.exit_code)
 
     def _check_success(self) -> None:
         replicas = [t for t in self._tasks.values() if t.plan.job in (CHIEF, WORKER)]
@@ -339,7 +323,7 @@ class Supervisor:
             if all(t.state == "finished" for t in replicas):
                 self._decide(True, "every worker finished with status 0", 0)
             return
-        chief = self._tasks.get(f"{CHIEF}:0") or self._tasks[f"{WORKER}:0"]
+        chief = self._chief()
         if chief.state == "finished":
             self._decide(True, f"the chief ({chief.plan.name}) finished with status 0", 0)
 
@@ -388,8 +372,7 @@ class Supervisor:
     def _show_status(self) -> None:
         now = time.monotonic()
         self._check_log_space(now)
-        steps = [t.output.progress[-1].get("global_step") for t in self._tasks.values() if t.output.progress]
-        steps = [s for s in steps if isinstance(s, int)]
+        steps = [t.output.global_step for t in self._tasks.values() if t.output.global_step is not None]
         if steps:
             self._rate.add(now, max(steps))
         if now - self._last_usage_at < self._console.status_interval:

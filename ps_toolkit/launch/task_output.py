@@ -170,6 +170,13 @@ class ConsoleFilter:
 # "worker=0, final accuracy = 0.91", "local_step=250", "done after 580 local steps".
 _PRINTED_ACCURACY = re.compile(r"accuracy\b[^0-9\n]{0,16}?(\d+(?:\.\d+)?)", re.IGNORECASE)
 _PRINTED_LOCAL_STEP = re.compile(r"local[ _]steps?\s*[=:]?\s*(\d+)|(\d+) local steps", re.IGNORECASE)
+_PRINTED_LOSS = re.compile(r"\bloss\b[^0-9\n]{0,16}?(\d+(?:\.\d+)?(?:[eE][-+]?\d+)?)", re.IGNORECASE)
+# The global step in TensorFlow's and the estimator's own log lines, e.g. "Saving checkpoints for 1000 into
+# /m/model.ckpt.", "loss = 0.31, step = 200 (0.5 sec)", "Saving dict for global step 1000: accuracy = 0.98, ...",
+# and in a script's prints ("global_step: 120", "Step 40 of 200").
+_LOGGED_STEP = re.compile(
+    r"Saving checkpoints for (\d+) into|\bstep = (\d+)|global[ _]step[ =:]+(\d+)|^\s*step[ =:]+(\d+)", re.IGNORECASE
+)
 
 
 class TaskOutput:
@@ -207,6 +214,9 @@ class TaskOutput:
         # From lines that are not the toolkit's records: what a script of its own printed.
         self.printed_accuracy: float | None = None
         self.printed_local_step: int | None = None
+        self.printed_loss: float | None = None
+        # The highest global step a line of any kind named (the toolkit's records aside).
+        self.logged_global_step: int | None = None
 
     def note(self, text: str) -> None:
         """A line from the launcher itself (start, restart, stop) into the log."""
@@ -239,6 +249,7 @@ class TaskOutput:
         if not self._tailed:
             self._write_log(line)
         self.tail.append(line)
+        self._scan_step(line)
         shown = self._console.shows(stream, line)
         record = parse_progress(line) if stream != "stderr" else None
         if record is not None:
@@ -264,10 +275,21 @@ class TaskOutput:
         if self._echo is not None:
             self._echo(f"[{self.name}] ... {count} bytes of output not shown here; the log file has them ...")
 
+    def _scan_step(self, line: str) -> None:
+        """Any line's global step (a log line of TensorFlow's, the estimator's, or a script's print)."""
+        if line.startswith(PROGRESS_PREFIX):
+            return
+        for groups in _LOGGED_STEP.findall(line):
+            step = int(next(g for g in groups if g))
+            self.logged_global_step = max(step, self.logged_global_step or 0)
+
     def _scan_printed(self, line: str) -> None:
         accuracy = _PRINTED_ACCURACY.findall(line)
         if accuracy:
             self.printed_accuracy = float(accuracy[-1])
+        loss = _PRINTED_LOSS.findall(line)
+        if loss:
+            self.printed_loss = float(loss[-1])
         steps = _PRINTED_LOCAL_STEP.findall(line)
         if steps:
             self.printed_local_step = int(next(g for g in steps[-1] if g))
@@ -300,6 +322,15 @@ class TaskOutput:
             if isinstance(record.get("local_step"), int):
                 return record["local_step"]
         return self.printed_local_step
+
+    @property
+    def global_step(self) -> int | None:
+        """The highest global step this task reported: its result, progress records or log lines."""
+        steps = [record.get("global_step") for record in self.progress]
+        result = self.result
+        steps += [result.get("global_step") if result else None, self.logged_global_step]
+        steps = [step for step in steps if isinstance(step, int) and not isinstance(step, bool)]
+        return max(steps) if steps else None
 
     def close(self) -> None:
         for stream in self._partial:

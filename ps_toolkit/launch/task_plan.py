@@ -4,13 +4,21 @@ A local cluster is given either as counts (ports are then reserved here, on
 loopback) or as explicit host lists. Every task gets the classic cluster flags
 (``--ps_hosts=... --job_name=... --task_index=...``) appended to its command
 AND ``TF_CONFIG`` in its environment, so flag-style and TF_CONFIG-style
-scripts both run unchanged.
+scripts both run unchanged. ``task_args`` changes the flags: ``none`` gives
+TF_CONFIG alone, a template (``--task_mode={job} --task_id={index}``) the names
+a script chose. ``chief_role="master"`` names the chief "master" in both, as
+Cloud ML Engine and TF 1.x's estimator did. The flags appended are also in
+``CLUSTER_ARGS_ENV`` (a JSON list), so run_legacy.py can keep them from breaking a
+script that does not define them.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import json
 import os
+import shlex
+import string
 import sys
 from collections.abc import Mapping, Sequence
 
@@ -23,6 +31,11 @@ LOCALHOST = "localhost"
 START_ORDER = (PS, CHIEF, WORKER, EVALUATOR)
 # More tasks than this on one machine is not a local cluster (each is a TensorFlow process).
 MAX_LOCAL_TASKS = 256
+CHIEF_ROLES = (CHIEF, "master")
+# --task_args=none: no flags, TF_CONFIG alone.
+NO_TASK_ARGS = "none"
+TASK_ARG_FIELDS = ("job", "index", "address", "ps_hosts", "worker_hosts", "chief_hosts", "evaluator_hosts")
+CLUSTER_ARGS_ENV = "PS_TOOLKIT_CLUSTER_ARGS"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -106,20 +119,65 @@ def default_command(train_args: Sequence[str] = ()) -> list[str]:
     return [sys.executable, "-m", RUN_TASK_MODULE, *train_args]
 
 
+def check_task_args(task_args: str | None) -> None:
+    """ConfigError for a --task_args template with a field the launcher cannot fill or bad quoting."""
+    if task_args is None or task_args == NO_TASK_ARGS:
+        return
+    try:
+        fields = [name for _, name, _, _ in string.Formatter().parse(task_args) if name is not None]
+        shlex.split(task_args)
+    except ValueError as err:
+        raise ConfigError(f"--task_args={task_args!r}: {err}") from None
+    unknown = [name for name in fields if name not in TASK_ARG_FIELDS]
+    if unknown:
+        raise ConfigError(
+            f"--task_args={task_args!r} names {{{unknown[0]}}}; the fields are {', '.join(TASK_ARG_FIELDS)}"
+        )
+
+
+def _role(job: str, chief_role: str) -> str:
+    return chief_role if job == CHIEF else job
+
+
+def _tf_config(task: ClusterConfig, chief_role: str) -> str:
+    payload = json.loads(task.tf_config())
+    payload["cluster"] = {_role(job, chief_role): hosts for job, hosts in payload["cluster"].items()}
+    payload["task"]["type"] = _role(payload["task"]["type"], chief_role)
+    return json.dumps(payload)
+
+
+def _task_flags(task: ClusterConfig, chief_role: str, task_args: str | None) -> list[str]:
+    hosts = {f"{job}_hosts": ",".join(task.jobs.get(job, ())) for job in (CHIEF, WORKER, PS, EVALUATOR)}
+    if task_args == NO_TASK_ARGS:
+        return []
+    if task_args is not None:
+        role = _role(task.task_type, chief_role)
+        return shlex.split(task_args.format(job=role, index=task.task_index, address=task.address, **hosts))
+    flags = [f"--{_role(job, chief_role)}_hosts={','.join(hosts)}" for job, hosts in task.jobs.items()]
+    return flags + [f"--job_name={_role(task.task_type, chief_role)}", f"--task_index={task.task_index}"]
+
+
 def plan_tasks(
     jobs: Mapping[str, Sequence[str]],
     command: Sequence[str],
     *,
     base_env: Mapping[str, str],
+    chief_role: str = CHIEF,
+    task_args: str | None = None,
 ) -> list[TaskPlan]:
-    """One TaskPlan per task, servers first: ``command`` + cluster flags, TF_CONFIG set."""
+    """One TaskPlan per task, servers first: ``command`` + cluster flags, TF_CONFIG set (see the module)."""
+    if chief_role not in CHIEF_ROLES:
+        raise ConfigError(f"--chief_role_name={chief_role!r}; valid: {', '.join(CHIEF_ROLES)}")
+    check_task_args(task_args)
     cluster = ClusterConfig(jobs=jobs, task_type=next(iter(jobs)), task_index=0, source="launcher")
     plans = []
     for job in START_ORDER:
         for index, address in enumerate(jobs.get(job, ())):
             task = cluster.for_task(job, index)
-            env = dict(base_env, TF_CONFIG=task.tf_config())
-            plans.append(TaskPlan(job, index, address, (*command, *task.host_flags()), env))
+            flags = _task_flags(task, chief_role, task_args)
+            env = dict(base_env, TF_CONFIG=_tf_config(task, chief_role))
+            env[CLUSTER_ARGS_ENV] = json.dumps(flags)
+            plans.append(TaskPlan(job, index, address, (*command, *flags), env))
     return plans
 
 
@@ -128,5 +186,6 @@ def task_env(extra: Mapping[str, str] | None = None) -> dict[str, str]:
     env = dict(os.environ)
     env["PYTHONUNBUFFERED"] = "1"  # progress lines reach the launcher as they are printed
     env.pop("TF_CONFIG", None)
+    env.pop(CLUSTER_ARGS_ENV, None)  # an outer launch's: this launch sets each task's own
     env.update(extra or {})
     return env

@@ -14,7 +14,8 @@ so by default (--isolation=auto) the tasks run in a private network namespace
 with only a loopback of its own (see ps_toolkit/task/netns.py); where none can be
 made the launcher says so in one warning line and uses this machine's loopback.
 Exit status: 0 when the run succeeded under
---success_policy; otherwise the failed task's status (2 for bad flags here).
+--success_policy (and no task failed for good, and training happened: ps_toolkit/launch/verdict.py);
+otherwise the failed task's status (2 for bad flags here).
 """
 
 from __future__ import annotations
@@ -32,7 +33,7 @@ from ps_toolkit.cluster import config as cluster_lib
 from ps_toolkit.cluster import preflight
 from ps_toolkit.launch import charts, launcher, task_plan
 from ps_toolkit.launch.drills import parse_kill
-from ps_toolkit.launch.supervisor import RESTART_POLICIES, SUCCESS_POLICIES, Policy
+from ps_toolkit.launch.policy import RESTART_POLICIES, SUCCESS_POLICIES, Policy
 from ps_toolkit.launch.task_plan import Topology, default_command, hosts_from_flags
 from ps_toolkit.process import fork_client
 from ps_toolkit.task import netns, open_ports
@@ -74,6 +75,20 @@ _START_METHOD = flags.DEFINE_enum(
     "fork: one process imports TensorFlow once and forks the toolkit's tasks (run_task.py, run_legacy.py): "
     "the host's fork server named by $PS_TOOLKIT_FORK_SERVER when it can serve them, else one this launch "
     "starts; exec: every task is a fresh process. Other commands after -- are always exec'd.",
+)
+_CHIEF_ROLE = flags.DEFINE_enum(
+    "chief_role_name",
+    "chief",
+    task_plan.CHIEF_ROLES,
+    "The chief's job name in TF_CONFIG and the cluster flags: master for Cloud ML Engine and TF 1.x estimator "
+    "scripts that know the chief as master (with --chief).",
+)
+_TASK_ARGS = flags.DEFINE_string(
+    "task_args",
+    None,
+    "What each task gets appended instead of --ps_hosts/--worker_hosts/--job_name/--task_index: none "
+    "(TF_CONFIG alone), or a template such as '--task_mode={job} --task_id={index} --ps_list={ps_hosts}' "
+    f"(fields: {', '.join(task_plan.TASK_ARG_FIELDS)}).",
 )
 _ISOLATION = flags.DEFINE_enum(
     "isolation",
@@ -129,6 +144,10 @@ def options_from_flags(command: list[str]) -> launcher.LaunchOptions:
             num_ps=_NUM_PS.value, num_workers=_NUM_WORKERS.value, chief=_CHIEF.value, evaluator=_EVALUATOR.value
         )
     if not command:
+        if _TASK_ARGS.value not in (None, task_plan.NO_TASK_ARGS):
+            raise ConfigError(
+                f"--task_args={_TASK_ARGS.value!r} is for a command after --; run_task.py takes its flags"
+            )
         _check_training(topology)
     run_dir = launcher.make_run_dir(flags.FLAGS.log_dir or None)
     return launcher.LaunchOptions(
@@ -138,6 +157,8 @@ def options_from_flags(command: list[str]) -> launcher.LaunchOptions:
         quiet=_QUIET.value,
         chart=_CHART.value,
         start_method=_START_METHOD.value,
+        chief_role=_CHIEF_ROLE.value,
+        task_args=_TASK_ARGS.value,
         policy=Policy(
             success_policy=_SUCCESS.value,
             grace_secs=_GRACE.value,

@@ -40,7 +40,7 @@ def main(argv):
             "tf.contrib.slim",
             "tf.estimator.Estimator",
             "import tensorflow.contrib.rnn",
-            "from tensorflow.contrib import layers",
+            "from tensorflow.contrib import seq2seq",
         )
     }
     report["hasattr_contrib_slim"] = hasattr(tf.contrib, "slim")

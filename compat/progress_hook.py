@@ -1,0 +1,72 @@
+"""Progress records from a MonitoredTrainingSession (the estimator's too), for the launcher that started the task.
+
+An old script's or estimator's training logs its global step at INFO, which
+TensorFlow does not print by default, so a launcher saw nothing of it: no
+step on the status line, and no evidence for its verdict that training
+happened. Under a launcher (``PS_TOOLKIT_CLUSTER_ARGS`` is set for every task
+it starts) the compat layer's MonitoredTrainingSession gets ``ProgressHook``,
+which prints the toolkit's progress record (``ps_toolkit progress: {...}``,
+hidden from the console, read into the status line and the chart) at most
+every ``INTERVAL_SECS`` and once at the end. Run by hand, nothing is printed.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+
+import tensorflow as tf
+
+from ps_toolkit.base.task_lines import PROGRESS_PREFIX
+from ps_toolkit.launch.task_plan import CLUSTER_ARGS_ENV
+
+INTERVAL_SECS = 2.0
+_v1 = tf.compat.v1
+
+
+def wanted(environ=os.environ) -> bool:
+    """Whether a launcher started this task (and so reads its progress records)."""
+    return CLUSTER_ARGS_ENV in environ
+
+
+class ProgressHook(_v1.train.SessionRunHook):
+    """Prints ``{"global_step", "local_step", "steps_per_sec", "time"}`` every INTERVAL_SECS and at the end."""
+
+    def __init__(self, stream=None):
+        self._stream = stream
+        self._global_step = None
+        self._local_steps = 0
+        self._last = (0.0, None)  # (time printed, global step then)
+        self._asked = False
+
+    def begin(self):
+        self._global_step = _v1.train.get_global_step()
+
+    def before_run(self, run_context):
+        self._asked = self._global_step is not None and time.time() - self._last[0] >= INTERVAL_SECS
+        return _v1.train.SessionRunArgs(self._global_step) if self._asked else None
+
+    def after_run(self, run_context, run_values):
+        self._local_steps += 1
+        if self._asked:
+            self._print(int(run_values.results))
+
+    def end(self, session):
+        if self._global_step is None:
+            return
+        try:
+            self._print(int(session.run(self._global_step)))
+        except (tf.errors.OpError, RuntimeError):  # the session is going away: the last record stands
+            pass
+
+    def _print(self, global_step: int) -> None:
+        now = time.time()
+        then, step_then = self._last
+        rate = (global_step - step_then) / (now - then) if step_then is not None and now > then else 0.0
+        self._last = (now, global_step)
+        record = {"global_step": global_step, "local_step": self._local_steps, "steps_per_sec": rate, "time": now}
+        stream = self._stream or sys.stdout
+        stream.write(PROGRESS_PREFIX + json.dumps(record) + "\n")
+        stream.flush()
