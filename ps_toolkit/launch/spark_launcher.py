@@ -27,7 +27,7 @@ import threading
 from ps_toolkit.base import paths
 from ps_toolkit.base.errors import ConfigError
 from ps_toolkit.cluster.config import CHIEF, WORKER
-from ps_toolkit.launch import launcher
+from ps_toolkit.launch import launcher, verdict
 from ps_toolkit.launch.engine_env import carried_env
 from ps_toolkit.launch.launcher import LaunchOptions, RunResult
 from ps_toolkit.launch.spark_tasks import FAILURE_MARKER, run_barrier_task
@@ -178,12 +178,24 @@ def _judge(results: list[tuple], restarts: int, options: LaunchOptions, log_dir:
         address = next(row.address for row in rows if row.task == name)
         message = f"{name} ({address}) {describe_exit(codes[name], False)}; its log: {log_dir}"
         outcome = Outcome(False, message, codes[name] if codes[name] > 0 else 1)
-    elif options.policy.success_policy == "all_workers":
-        outcome = Outcome(True, "every worker finished with status 0", 0)
     else:
-        outcome = Outcome(True, f"the chief ({chief}) finished with status 0", 0)
+        success = "every worker finished with status 0" if options.policy.success_policy == "all_workers" else None
+        outcome = _confirmed(success or f"the chief ({chief}) finished with status 0", codes, rows, outputs, chief)
     outcome.rows, outcome.outputs = rows, outputs
     return outcome
+
+
+def _confirmed(message: str, codes: dict, rows: list[SummaryRow], outputs: dict, chief: str) -> Outcome:
+    """The local launcher's rule on a success: no other task failed, and training happened."""
+    addresses = {row.task: row.address for row in rows}
+    ends = [
+        verdict.TaskEnd(name, "finished")
+        if code == 0
+        else verdict.TaskEnd(name, "failed", f"{name} ({addresses[name]}) {describe_exit(code, False)}", max(code, 1))
+        for name, code in codes.items()
+    ]
+    ok, message, code = verdict.confirm(message, ends, outputs, chief, list(outputs[chief].tail))
+    return Outcome(ok, message, code)
 
 
 def _failure(text: str, master: str) -> str:
