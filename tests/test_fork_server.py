@@ -163,11 +163,15 @@ def test_guard_refuses_a_server_whose_tensorflow_runtime_started_and_tasks_fall_
     assert len(refusals) == 1 and "starting the toolkit's tasks with exec instead" in refusals[0], lines
 
 
-def test_only_the_toolkits_task_scripts_are_forked():
+def test_only_the_toolkits_task_scripts_are_forked(tmp_path):
     assert fork_client.forkable([sys.executable, RUN_TASK, "--job_name=ps"], {})
     assert fork_client.forkable([sys.executable, RUN_LEGACY, "old.py"], {})
     assert not fork_client.forkable([sys.executable, PROBE], {})
     assert not fork_client.forkable(["/usr/bin/env", "python3", RUN_TASK], {})
+    # A bare "python", as the README writes the commands, is this interpreter when the task's PATH says so.
+    (tmp_path / "python").symlink_to(sys.executable)
+    assert fork_client.forkable(["python", RUN_LEGACY, "old.py"], {"PATH": str(tmp_path)})
+    assert not fork_client.forkable(["python", RUN_LEGACY, "old.py"], {"PATH": str(tmp_path / "nowhere")})
     # A legacy script needs the legacy Keras at import; with the modern one chosen it gets a fresh process.
     assert not fork_client.forkable([sys.executable, RUN_LEGACY, "old.py"], {"TF_USE_LEGACY_KERAS": "0"})
 

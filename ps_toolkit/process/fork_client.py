@@ -22,6 +22,7 @@ import atexit
 import contextlib
 import os
 import select
+import shutil
 import socket
 import subprocess
 import sys
@@ -67,7 +68,7 @@ def forkable(argv: Sequence[str], env: Mapping[str, str]) -> bool:
     (tf_import), as run_task.py does; run_legacy.py always wants it, so with the
     modern Keras chosen it is exec'd.
     """
-    if len(argv) < 2 or os.path.realpath(argv[0]) != os.path.realpath(sys.executable):
+    if len(argv) < 2 or os.path.realpath(_command_file(argv[0], env)) != os.path.realpath(sys.executable):
         return False
     if argv[1] == "-m":
         entry, legacy, known = (argv[2] if len(argv) > 2 else ""), RUN_LEGACY_MODULE, FORKABLE_MODULES
@@ -76,6 +77,14 @@ def forkable(argv: Sequence[str], env: Mapping[str, str]) -> bool:
     if entry == legacy and env.get(tf_import.LEGACY_KERAS_ENV, "1") != "1":
         return False
     return entry in known
+
+
+def _command_file(name: str, env: Mapping[str, str]) -> str:
+    """The file a command runs: ``name`` itself when it is a path, else the first match on the task's PATH
+    (``python scripts/run_legacy.py`` as the README writes it is this interpreter when PATH says so)."""
+    if os.sep in name:
+        return name
+    return shutil.which(name, path=env.get("PATH", os.defpath)) or name
 
 
 _HELP_ARGS = ("--help", "-help", "-h", "-?", "--helpfull", "-helpfull", "--helpshort", "--helpxml")
