@@ -19,6 +19,8 @@ import types
 
 import tensorflow as tf
 
+from ps_toolkit.base import tf_internals
+
 
 class PrivateThreadPool:
     """A dataset's own thread pool of ``num_threads`` threads (TF 1.x's class; here its size, applied by
@@ -40,15 +42,15 @@ def override_threadpool(dataset, thread_pool):
     return dataset.with_options(options)
 
 
-threadpool = types.ModuleType("tensorflow.python.data.experimental.ops.threadpool", __doc__.splitlines()[0])
+threadpool = types.ModuleType(tf_internals.TF1_THREADPOOL_MODULE, __doc__.splitlines()[0])
 threadpool.PrivateThreadPool = PrivateThreadPool
 threadpool.override_threadpool = override_threadpool
 
 MODULES = {threadpool.__name__: threadpool}
 
 
-ESTIMATOR_ALIAS = "tensorflow.python.estimator"
-ESTIMATOR_PACKAGE = "tensorflow_estimator.python.estimator"
+ESTIMATOR_ALIAS = tf_internals.TF1_ESTIMATOR_ALIAS
+ESTIMATOR_PACKAGE = tf_internals.ESTIMATOR_PACKAGE
 
 
 class _AliasLoader(importlib.abc.Loader):

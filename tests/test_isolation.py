@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import secrets
 import selectors
 import shutil
@@ -33,6 +34,8 @@ LISTENING_TASK = os.path.join(ROOT, "tests", "fixtures", "listening_task.py")
 # scripts/run_legacy.py, which the launcher forks from its fork server.
 TASK_COMMAND = [sys.executable, LISTENING_TASK]
 TASKS = ("ps:0", "worker:0", "worker:1")
+# Root gets a private network namespace; any other user a private user + network namespace.
+PRIVATE_NAMESPACE_LINE = re.compile(r"the tasks run in a private (user \+ )?network namespace")
 REPORT_TIMEOUT_SECS = 60
 OWN_NETNS = os.readlink("/proc/self/ns/net")
 
@@ -189,7 +192,7 @@ def test_ports_answer_inside_the_namespace_only(launch):
     for task, report in latest.items():
         # Anything that answers out here is some other program on the same port number, never our task.
         assert answer_from_outside(report["port"]) != run.token.encode(), (task, report)
-    assert "run in a private network namespace" in run.out.read_text(), run.describe()
+    assert PRIVATE_NAMESPACE_LINE.search(run.out.read_text()), run.describe()
 
     # A restarted task (as after a --kill drill) joins the same namespace and reaches its peers again.
     killed = latest["worker:1"]["pid"]
@@ -305,4 +308,4 @@ def test_real_training_run_in_a_private_namespace(tmp_path):
     if done.returncode == 2 and "cannot isolate" in done.stderr:
         skip_unless_root(done.stderr.strip())
     assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-4000:]
-    assert "run in a private network namespace" in done.stdout, done.stdout
+    assert PRIVATE_NAMESPACE_LINE.search(done.stdout), done.stdout

@@ -143,7 +143,8 @@ def test_what_is_not_served_ends_the_script_in_one_line(tmp_path, statement, nam
     script.write_text(f"import tensorflow_recommenders_addons as tfra\n{statement}\n")
     proc = run_legacy([str(script)], timeout=120)
     assert proc.returncode == 2, explain(proc)
-    assert proc.stderr.strip().splitlines()[-1] == f"old.py: error: {refused.message(name)}", explain(proc)
+    # The refusal names the file and line that used the name.
+    assert proc.stderr.strip().splitlines()[-1] == f"{script}:2: error: {refused.message(name)}", explain(proc)
     assert "Traceback" not in proc.stderr, explain(proc)
 
 

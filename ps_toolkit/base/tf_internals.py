@@ -55,6 +55,25 @@ _INPUTS = "compat/estimator_inputs.py"
 _SUPERVISION = "compat/supervision.py"
 _HOOKS = "ps_toolkit/training/hooks.py"
 
+# --- Module names old scripts import (compat/internal_modules.py) --------------------------------------------------
+
+_INTERNAL_MODULES = "compat/internal_modules.py"
+# Names the compat layer serves, not uses: TF 1.x modules that TF 2.21 moved or dropped.
+TF1_THREADPOOL_MODULE = "tensorflow.python.data.experimental.ops.threadpool"
+TF1_ESTIMATOR_ALIAS = "tensorflow.python.estimator"
+# Where TF 1.14-2.15 forwarded TF1_ESTIMATOR_ALIAS to: the estimator package's own modules.
+ESTIMATOR_PACKAGE_MODULE = "tensorflow_estimator.python"
+ESTIMATOR_PACKAGE = (
+    ESTIMATOR_PACKAGE_MODULE
+    + "."
+    + _use(
+        ESTIMATOR_PACKAGE_MODULE,
+        "estimator",
+        _INTERNAL_MODULES,
+        "old scripts import tensorflow.python.estimator.X, which TF 1.14-2.15 forwarded to this package's modules",
+    )
+)
+
 # --- TensorFlow's eager runtime (the fork server) ---------------------------------------------------------------
 
 EAGER_CONTEXT_MODULE = "tensorflow.python.eager.context"

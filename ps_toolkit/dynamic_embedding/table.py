@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import weakref
+from collections.abc import Sequence
 
 import tensorflow as tf
 
@@ -30,11 +31,11 @@ STAT_ADMITTED, STAT_EVICTED = 0, 1
 
 
 @contextlib.contextmanager
-def shard_devices(devices):
+def shard_devices(devices: Sequence[str] | None):
     """Tables created inside, without ``devices`` of their own, get one shard per device (the toolkit's ps)."""
     graph = tf.compat.v1.get_default_graph()
     stack = graph.get_collection_ref(_DEVICES)
-    stack.append(tuple(devices))
+    stack.append(tuple(devices or ()))  # none (no ps): one local shard, as default_devices says
     try:
         yield
     finally:
