@@ -32,7 +32,7 @@ def guard_task_port(cluster: ClusterConfig, allow_open_ports: bool) -> str:
         return "no port"  # the evaluator serves nothing
     _host, port = split_address(cluster.address, cluster.source)
     if os.environ.get(PRIVATE_NETWORK_ENV) == "1":
-        return "private network namespace"
+        return "in a private network namespace"
     if open_ports_allowed(allow_open_ports):
         return "open on every interface (--allow_open_ports)"
     hosts = sorted({split_address(a, cluster.source)[0] for addresses in cluster.jobs.values() for a in addresses})

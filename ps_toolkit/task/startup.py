@@ -62,7 +62,7 @@ def begin(cluster: ClusterConfig, *, allow_open_ports: bool = False, checks: boo
 def protect_port(cluster: ClusterConfig, allow_open_ports: bool) -> str:
     """The namespace, the rules or the refusal (see the module docstring)."""
     if cluster_netns.joined():
-        return "private network namespace"
+        return "in a private network namespace"
     if open_ports.open_ports_allowed(allow_open_ports):
         return open_ports.guard_task_port(cluster, allow_open_ports)
     addresses = [a for job, hosts in cluster.jobs.items() if job != EVALUATOR for a in hosts]
@@ -72,7 +72,7 @@ def protect_port(cluster: ClusterConfig, allow_open_ports: bool) -> str:
         if why_not is None:
             why_not = _join(cluster_netns.cluster_key(addresses))
         if why_not is None:
-            return "the cluster's private network namespace"
+            return "in the cluster's private network namespace"
     try:
         return open_ports.guard_task_port(cluster, allow_open_ports)
     except ConfigError as err:

@@ -4,7 +4,7 @@
     python scripts/launch_local.py --num_ps=2 --num_workers=3 --sync_replicas --train_steps=500
     python scripts/launch_local.py --chief --evaluator -- python my_tf1_script.py --data_dir=/data
     python scripts/launch_local.py --restart=on-failure --kill=ps:0@5s   # a chaos drill
-    python scripts/launch_local.py --isolation=none    # plain loopback, ports reachable from this machine
+    python scripts/launch_local.py --isolation=none --allow_open_ports   # plain loopback, ports reachable here
 
 Without a command after ``--`` every task runs scripts/run_task.py with the
 training flags given here. With one, every task runs that command with
@@ -95,7 +95,9 @@ _ISOLATION = flags.DEFINE_enum(
     "auto",
     ("auto", "netns", "none"),
     "Run the tasks in a private network namespace, unreachable from outside it. auto: when possible, "
-    "else warn and use loopback; netns: required (exit 2 if impossible); none: plain loopback.",
+    "else warn and use loopback; netns: required (exit 2 if impossible); none: no namespace of the launcher's "
+    "own (each task then keeps its port private as a hand-started task does: its cluster's namespace or rules; "
+    "with --allow_open_ports, plain loopback).",
 )
 
 # scripts/run_task.py's training flags, defined once (ps_toolkit.cli) with their help, defaults
