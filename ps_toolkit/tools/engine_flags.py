@@ -21,6 +21,8 @@ from ps_toolkit.tools import launch_local
 # ps-launch-local's flags that mean nothing on an engine: the addresses are the nodes', the tasks are
 # exec'd there, and a network namespace of this machine does not reach the other nodes.
 LOCAL_ONLY = ("ps_hosts", "worker_hosts", "chief_hosts", "evaluator_hosts", "isolation", "start_method")
+# Flags the engines' task plans do not carry: refused rather than silently ignored.
+NOT_ON_ENGINES = ("chief_role_name", "task_args")
 
 
 def adopt_launch_flags(tool_module: str) -> None:
@@ -62,6 +64,9 @@ def launch_options(prog: str, engine: str, command: list[str]) -> LaunchOptions:
     given = [name for name in LOCAL_ONLY if flags.FLAGS[name].present]
     if given:
         fail(prog, f"--{given[0]} is ps-launch-local's only: on {engine} the nodes' addresses and start-up are its own")
+    given = [name for name in NOT_ON_ENGINES if flags.FLAGS[name].present]
+    if given:
+        fail(prog, f"--{given[0]} is not served on {engine} yet: its tasks get the classic cluster flags and TF_CONFIG")
     allow_open = open_ports.open_ports_allowed(flags.FLAGS.allow_open_ports)
     if command and not allow_open:
         fail(
