@@ -16,6 +16,7 @@ import sys
 
 import pytest
 
+from ps_toolkit.task.port_guard import ALLOW_OPEN_PORTS_ENV
 from tests.netns_helpers import Namespaces, qdisc_support
 from tests.taskrun import RUN_TASK, assert_cluster_trained, run_tasks
 
@@ -65,7 +66,8 @@ def run_cluster(
         commands[f"{job}:{task}"] = spaces.command(
             index, sys.executable, RUN_TASK, *cluster_flags, *task_flags, *common, *flags
         )
-    return run_tasks(commands, timeout=CLUSTER_TIMEOUT_SECS, envs=envs)
+    # Tasks on real hosts guard their ports as they do by default (the suite's conftest opens them elsewhere).
+    return run_tasks(commands, timeout=CLUSTER_TIMEOUT_SECS, env={ALLOW_OPEN_PORTS_ENV: "0"}, envs=envs)
 
 
 def check_trained(outcomes: dict, train_steps: int = TRAIN_STEPS) -> float:

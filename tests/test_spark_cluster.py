@@ -136,11 +136,12 @@ def wait_for_training(log_dir: str, job: str, deadline: float) -> psutil.Process
     while time.monotonic() < deadline:
         if os.path.exists(checkpoint):
             for process in psutil.process_iter(["cmdline"]):
-                cmdline = process.info["cmdline"] or []
+                # A task's title is its whole command line in one string (setproctitle): match words of it.
+                words = " ".join(process.info["cmdline"] or []).split()
                 if (
-                    any(log_dir in arg for arg in cmdline)
-                    and f"--job_name={job}" in cmdline
-                    and f"--task_index={index}" in cmdline
+                    any(log_dir in word for word in words)
+                    and f"--job_name={job}" in words
+                    and f"--task_index={index}" in words
                 ):
                     return process
         time.sleep(0.5)  # a poll of the run folder and the process table, bounded by the deadline
