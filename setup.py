@@ -23,7 +23,6 @@ setup(
             "ps-launch-ray = ps_toolkit.tools.launch_ray:main",
             "ps-launch-spark = ps_toolkit.tools.launch_spark:main",
             "ps-run-legacy = ps_toolkit.tools.run_legacy:main",
-            "ps-benchmark = ps_toolkit.tools.benchmark:main",
             "ps-make-slurm-job = ps_toolkit.tools.make_slurm_job:main",
             "ps-make-tfjob = ps_toolkit.tools.make_tfjob:main",
         ]

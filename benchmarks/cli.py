@@ -14,9 +14,9 @@ import time
 
 from absl import app, flags, logging
 
+from benchmarks import plan, report, systems
+from benchmarks.driver import Limits, run_plan
 from ps_toolkit import cli
-from ps_toolkit.benchmarks import plan, report, systems
-from ps_toolkit.benchmarks.driver import Limits, run_plan
 
 _OUT = flags.DEFINE_string("out", None, "Folder for results.json, results.md and results.png.", required=True)
 _QUICK = flags.DEFINE_boolean("quick", False, "Only the configurations the targets are stated for.")
@@ -63,8 +63,8 @@ def _main(argv):
         count_loopback=network is not None,
     )
     records = run_plan(configs, limits)
-    from ps_toolkit.benchmarks import main_job
-    from ps_toolkit.benchmarks.balance import balance_table
+    from benchmarks import main_job
+    from benchmarks.balance import balance_table
 
     main_job_runs = _REPETITIONS.value if _MAIN_JOB.value is None else _MAIN_JOB.value
 

@@ -27,8 +27,8 @@ import time
 
 import psutil
 
+from benchmarks import CHECKOUT, protocol
 from ps_toolkit.base.paths import PACKAGE_PARENT
-from ps_toolkit.benchmarks import protocol
 from ps_toolkit.process.fork_client import ForkServer, ForkUnavailable, TaskStarter
 from ps_toolkit.process.group import ProcessGroup
 
@@ -103,7 +103,8 @@ def run_cluster(
     ``count_loopback``: at each marker also read the bytes sent on loopback so far
     (``TaskResult.loopback_samples``); meaningful only in a private network namespace.
     """
-    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", PYTHONUNBUFFERED="1", PYTHONPATH=PACKAGE_PARENT)
+    python_path = os.pathsep.join(dict.fromkeys((CHECKOUT, PACKAGE_PARENT)))  # the benchmarks, then ps_toolkit
+    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", PYTHONUNBUFFERED="1", PYTHONPATH=python_path)
     launched_at = time.time()
     deadline = time.monotonic() + timeout_s
     # A fresh server per run: its import is charged to this run, as a launch pays it.
@@ -141,7 +142,7 @@ class _Run:
         self.results[task.name] = TaskResult(task)
         log = self._logs[task.name] = tempfile.TemporaryFile(mode="w+")  # noqa: SIM115 - closed in end()
         argv, env = [sys.executable, *task.argv], {**self.env, **task.env}
-        options = {"env": env, "stdout": subprocess.PIPE, "stderr": log, "cwd": PACKAGE_PARENT}
+        options = {"env": env, "stdout": subprocess.PIPE, "stderr": log, "cwd": CHECKOUT}
         proc = None
         if task.fork and self.server is not None:
             try:

@@ -13,8 +13,8 @@ import functools
 
 import numpy as np
 
-FIELDS, DENSE_FEATURES = 26, 13  # ps_toolkit.benchmarks.ctr_data's
-HIDDEN_UNITS = (64, 32)  # ps_toolkit.benchmarks.ctr_model's
+FIELDS, DENSE_FEATURES = 26, 13  # benchmarks.ctr_data's
+HIDDEN_UNITS = (64, 32)  # benchmarks.ctr_model's
 _EXPONENTS = {"uniform": None, "zipf1.05": 1.05, "zipf1.2": 1.2}
 
 

@@ -14,8 +14,8 @@ import numpy as np
 import tensorflow as tf
 
 import ps_toolkit
-from ps_toolkit.benchmarks import ctr_data
-from ps_toolkit.benchmarks.ctr_data import FIELDS, CtrShape
+from benchmarks import ctr_data
+from benchmarks.ctr_data import FIELDS, CtrShape
 
 HIDDEN_UNITS = (64, 32)
 LEARNING_RATE = 0.05

@@ -8,9 +8,9 @@ import shutil
 import tempfile
 import time
 
-from ps_toolkit.benchmarks import ctr_bytes, measure, systems
-from ps_toolkit.benchmarks.cluster_run import ClusterRunError, run_cluster
-from ps_toolkit.benchmarks.synthetic import MODELS, write_idx_dir
+from benchmarks import ctr_bytes, measure, systems
+from benchmarks.cluster_run import ClusterRunError, run_cluster
+from benchmarks.synthetic import MODELS, write_idx_dir
 from ps_toolkit.launch.ports import reserve_ports
 
 log = logging.getLogger(__name__)

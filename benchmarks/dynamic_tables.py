@@ -1,6 +1,6 @@
 """Measures core TensorFlow hash tables for dynamic embeddings on CPU: speed, memory, and the ps's peak during a save.
 
-    python -m ps_toolkit.benchmarks.dynamic_tables [--rows=1000000] [--dim=32] [--repeats=5]
+    python -m benchmarks.dynamic_tables [--rows=1000000] [--dim=32] [--repeats=5]
 
 Each measurement runs in a fresh subprocess (its memory is its own):
 ``MutableHashTable`` (what ps_toolkit.dynamic_embedding uses) against
@@ -123,7 +123,7 @@ def main(argv=None) -> None:
         return
     env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"}
     for one in ("mutable", "dense", "save"):
-        command = [sys.executable, "-m", "ps_toolkit.benchmarks.dynamic_tables", f"--one={one}"]
+        command = [sys.executable, "-m", "benchmarks.dynamic_tables", f"--one={one}"]
         command += [f"--rows={args.rows}", f"--dim={args.dim}", f"--repeats={args.repeats}"]
         done = subprocess.run(command, capture_output=True, text=True, env=env, timeout=900, check=False)
         lines = [line for line in done.stdout.splitlines() if line.startswith("{")]

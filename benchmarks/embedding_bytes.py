@@ -1,6 +1,6 @@
 """Bytes a training step moves for the embedding model, against the bytes of the rows it touches.
 
-    python -m ps_toolkit.benchmarks.embedding_bytes [--steps=200]
+    python -m benchmarks.embedding_bytes [--steps=200]
 
 Runs a 2 ps + 1 worker cluster in this process, inside a private network
 namespace, so that its loopback carries nothing but the cluster's own gRPC
@@ -16,15 +16,15 @@ import tempfile
 
 from absl import app, flags
 
-from ps_toolkit.benchmarks.cluster_run import loopback_bytes
-from ps_toolkit.benchmarks.synthetic import EMBEDDING
+from benchmarks.cluster_run import loopback_bytes
+from benchmarks.synthetic import EMBEDDING
 from ps_toolkit.task import netns
 
 _STEPS = flags.DEFINE_integer("steps", 200, "Global steps per mode, the first fifth not counted.")
 
 
 def measure(mode: dict, steps: int) -> dict:
-    from ps_toolkit.benchmarks import embedding_model
+    from benchmarks import embedding_model
 
     with tempfile.TemporaryDirectory(prefix="ps_toolkit-bytes-") as checkpoint_dir:
         samples = _train_sampling_loopback(mode, steps, checkpoint_dir)
@@ -43,7 +43,7 @@ def measure(mode: dict, steps: int) -> dict:
 
 def _train_sampling_loopback(mode: dict, steps: int, checkpoint_dir: str) -> list[tuple[int, int]]:
     """Trains the embedding model on 2 ps + 1 worker in this process; (global step, loopback bytes) per progress."""
-    from ps_toolkit.benchmarks import embedding_model
+    from benchmarks import embedding_model
     from ps_toolkit.launch.local_cluster import InProcessCluster
     from ps_toolkit.task import monitored_training
     from ps_toolkit.training.config import TrainConfig

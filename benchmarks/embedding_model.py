@@ -1,6 +1,6 @@
 """The benchmark's embedding model: a 1M x 32 table split over the ps tasks, 20 ids per example, batch 512.
 
-A model_fn and input_fn of the ps_toolkit seam (``--model_fn=ps_toolkit.benchmarks.embedding_model:model_fn``);
+A model_fn and input_fn of the ps_toolkit seam (``--model_fn=benchmarks.embedding_model:model_fn``);
 the raw TF1 and TF2 systems build the same graph from ``VOCAB``, ``DIM``, ``IDS_PER_EXAMPLE``.
 The ids are drawn from a Zipf-like law, as real feature ids are; an example
 is clicked when the mean hidden score of its ids is positive.
@@ -12,7 +12,7 @@ import numpy as np
 import tensorflow as tf
 
 import ps_toolkit
-from ps_toolkit.benchmarks.synthetic import EMBEDDING
+from benchmarks.synthetic import EMBEDDING
 
 VOCAB, DIM, IDS_PER_EXAMPLE = EMBEDDING.vocab, EMBEDDING.dim, EMBEDDING.ids_per_example
 BATCH_SIZE, LEARNING_RATE = EMBEDDING.batch_size, EMBEDDING.learning_rate

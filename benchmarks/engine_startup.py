@@ -1,6 +1,6 @@
 """Start-up overhead of each engine against the local launcher: the same short job, launched in turn.
 
-    python -m ps_toolkit.benchmarks.engine_startup --rounds=3 --ray_address=127.0.0.1:6379 \
+    python -m benchmarks.engine_startup --rounds=3 --ray_address=127.0.0.1:6379 \
         --spark_master=spark://127.0.0.1:7077
 
 Each round runs the job (1 ps + 2 workers, --train_steps=20) once per launcher,

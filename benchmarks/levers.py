@@ -1,4 +1,4 @@
-"""Measures ps_toolkit's levers one by one on one model (``python -m ps_toolkit.benchmarks.levers --out=DIR``).
+"""Measures ps_toolkit's levers one by one on one model (``python -m benchmarks.levers --out=DIR``).
 
 Each variant is shipped ps_toolkit (scripts/run_task.py's defaults) with one
 run_task.py flag changed, run side by side with the others (interleaved
@@ -10,9 +10,9 @@ import os
 
 from absl import app, flags
 
-from ps_toolkit.benchmarks import driver, report
-from ps_toolkit.benchmarks.plan import CTR_DIM, CTR_VOCAB, EMBEDDING_TOPOLOGY, TRAIN_STEPS
-from ps_toolkit.benchmarks.systems import ASYNC, CTR, RAW, TOOLKIT, TOOLKIT_1STEP, Config, CtrVariant
+from benchmarks import driver, report
+from benchmarks.plan import CTR_DIM, CTR_VOCAB, EMBEDDING_TOPOLOGY, TRAIN_STEPS
+from benchmarks.systems import ASYNC, CTR, RAW, TOOLKIT, TOOLKIT_1STEP, Config, CtrVariant
 
 _OUT = flags.DEFINE_string("out", None, "Folder for levers.json and levers.md.", required=True)
 _MODEL = flags.DEFINE_string("model", "mlp", "Model to measure the levers on.")

@@ -13,7 +13,7 @@ the tasks the host's server forked for it): on a machine shared with other
 work the wall time depends on how many runnable processes each side has, the
 CPU time does not. The load average before and after is kept with the figures.
 
-    python -m ps_toolkit.benchmarks.main_job 5        # 5 runs per start method; prints the line and the JSON
+    python -m benchmarks.main_job 5        # 5 runs per start method; prints the line and the JSON
 """
 
 from __future__ import annotations
@@ -31,8 +31,8 @@ import time
 
 import psutil
 
+from benchmarks.cluster_run import ClusterRunError
 from ps_toolkit.base.paths import PACKAGE_PARENT
-from ps_toolkit.benchmarks.cluster_run import ClusterRunError
 from ps_toolkit.launch import task_plan
 from ps_toolkit.process import fork_client, lifecycle
 
@@ -153,15 +153,37 @@ def _summary(seconds: list[float]) -> dict:
     }
 
 
-def main(argv: list[str]) -> int:
-    from ps_toolkit.benchmarks import report
+def main_job_line(summary: dict) -> str:
+    methods = [method for method in METHODS if method in summary]
 
+    def cell(method, figures):
+        return f"{method} {figures['median']:.1f} s ({figures['min']:.1f}-{figures['max']:.1f})"
+
+    def ratios(prefix: str) -> str:
+        return ", ".join(f"{m}/exec {summary[f'{prefix}{m}_over_exec']:.2f}x" for m in methods if m != "exec")
+
+    walls = ", ".join(cell(method, summary[method]) for method in methods)
+    cpus = ", ".join(cell(method, summary[method]["cpu"]) for method in methods)
+    pairs = ", ".join(
+        f"{m}/exec {summary[f'{m}_pair_ratio_median']:.2f}x" for m in methods if f"{m}_pair_ratio_median" in summary
+    )
+    runs = len(summary[methods[0]]["runs"])
+    load = summary.get("load_average")
+    return (
+        f"Main job (`python scripts/launch_local.py`), {runs} runs each: wall time {walls}, {ratios('')}"
+        + (f" (median of each repetition's own: {pairs})" if pairs else "")
+        + f"; CPU time {cpus}, {ratios('cpu_')}"
+        + (f"; load average {load[0]:.1f} before, {load[1]:.1f} after" if load else "")
+    )
+
+
+def main(argv: list[str]) -> int:
     text = argv[1] if len(argv) > 1 else "3"
     if len(argv) > 2 or not text.isdigit() or int(text) < 1:
         print(f"main_job: repetitions {text!r} from the command line: give one whole number >= 1", file=sys.stderr)
         return 2
     summary = measure(int(text))
-    print(report.main_job_line(summary))
+    print(main_job_line(summary))
     print(json.dumps(summary))
     return 0
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import dataclasses
 import statistics
 
-from ps_toolkit.benchmarks.cluster_run import ClusterOutcome
+from benchmarks.cluster_run import ClusterOutcome
 
 
 @dataclasses.dataclass(frozen=True)

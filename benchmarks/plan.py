@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from ps_toolkit.benchmarks.systems import (
+from benchmarks.systems import (
     ASYNC,
     CTR,
     RAW,
@@ -25,7 +25,7 @@ CTR_TF2_STEPS_FRACTION = 0.2
 CTR_LAWS = ("uniform", "zipf1.05", "zipf1.2")
 # The ctr model's size: 26 x 1M x 8 float32 = 832 MB of tables (416 MB per ps).
 CTR_VOCAB, CTR_DIM = 1_000_000, 8
-# The embedding model's table is stated split over 2 ps (ps_toolkit/benchmarks/embedding_model.py).
+# The embedding model's table is stated split over 2 ps (benchmarks/embedding_model.py).
 EMBEDDING_TOPOLOGY = (2, 2)
 TOPOLOGIES = ((1, 1), (1, 2), (2, 2))
 # Where --compute_near_weights can pay: weights larger than a batch of inputs

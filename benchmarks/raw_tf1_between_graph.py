@@ -3,7 +3,7 @@
 replica_device_setter, MonitoredTrainingSession, feed_dict from numpy, a ps
 that joins forever. Only the ``protocol`` lines are added, so the harness can time it.
 
-    python -m ps_toolkit.benchmarks.raw_tf1_between_graph --ps_hosts=... --worker_hosts=... \
+    python -m benchmarks.raw_tf1_between_graph --ps_hosts=... --worker_hosts=... \
         --job_name=worker --task_index=0
 """
 
@@ -11,8 +11,8 @@ import numpy as np
 import tensorflow.compat.v1 as tf
 from absl import app
 
-from ps_toolkit.benchmarks import protocol, task_flags
-from ps_toolkit.benchmarks.synthetic import MODELS, make_data
+from benchmarks import protocol, task_flags
+from benchmarks.synthetic import MODELS, make_data
 
 tf.disable_v2_behavior()
 

@@ -4,11 +4,11 @@ replica_device_setter, each table split over the ps tasks by fixed_size_partitio
 ``tf.nn.embedding_lookup`` per field (or once on a table the fields share),
 dense layers from ``get_variable``, MonitoredTrainingSession, a ps that joins forever. The
 batches come from the same tf.data pipeline as every system's
-(``ps_toolkit.benchmarks.ctr_data``). Only the ``protocol`` lines are added,
+(``benchmarks.ctr_data``). Only the ``protocol`` lines are added,
 so the harness can time it, and the chief's one evaluation: once the global
 step passes ``--auc_step`` it scores the evaluation set and prints its AUC.
 
-    python -m ps_toolkit.benchmarks.raw_tf1_ctr --ps_hosts=... --worker_hosts=... --job_name=worker --task_index=0
+    python -m benchmarks.raw_tf1_ctr --ps_hosts=... --worker_hosts=... --job_name=worker --task_index=0
 """
 
 import time
@@ -16,8 +16,8 @@ import time
 import tensorflow.compat.v1 as tf
 from absl import app
 
-from ps_toolkit.benchmarks import ctr_data, ctr_model, protocol, raw_tf1_between_graph, task_flags
-from ps_toolkit.benchmarks.ctr_data import FIELDS, CtrShape
+from benchmarks import ctr_data, ctr_model, protocol, raw_tf1_between_graph, task_flags
+from benchmarks.ctr_data import FIELDS, CtrShape
 
 tf.disable_v2_behavior()
 

@@ -4,14 +4,14 @@ replica_device_setter, a table split over the ps tasks by fixed_size_partitioner
 embedding_lookup, MonitoredTrainingSession, feed_dict from numpy, a ps that
 joins forever. Only the ``protocol`` lines are added, so the harness can time it.
 
-    python -m ps_toolkit.benchmarks.raw_tf1_embedding --ps_hosts=... --worker_hosts=... --job_name=worker --task_index=0
+    python -m benchmarks.raw_tf1_embedding --ps_hosts=... --worker_hosts=... --job_name=worker --task_index=0
 """
 
 import numpy as np
 import tensorflow.compat.v1 as tf
 from absl import app
 
-from ps_toolkit.benchmarks import embedding_model, protocol, raw_tf1_between_graph, task_flags
+from benchmarks import embedding_model, protocol, raw_tf1_between_graph, task_flags
 
 tf.disable_v2_behavior()
 

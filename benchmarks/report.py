@@ -5,7 +5,9 @@ from __future__ import annotations
 import json
 import os
 
-from ps_toolkit.benchmarks.systems import RAW, SINGLE, SYSTEMS, TF2, TOOLKIT, TOOLKIT_NEAR
+from benchmarks.main_job import main_job_line
+from benchmarks.systems import RAW, SINGLE, SYSTEMS, TF2, TOOLKIT, TOOLKIT_NEAR
+from ps_toolkit.launch import charts
 
 RECORD_KEYS = (
     "system",
@@ -59,7 +61,7 @@ def _seconds(value) -> str:
 def markdown_table(records: list[dict], main_job: dict | None = None) -> str:
     """Steps/s per configuration and system (median, min-max), ps_toolkit's ratios, startup and shutdown.
 
-    ``main_job``: ps_toolkit.benchmarks.main_job.measure's figures, one line after the tables.
+    ``main_job``: benchmarks.main_job.measure's figures, one line after the tables.
     """
     ctr = [r for r in records if r["model"] == "ctr"]
     records = [r for r in records if r["model"] != "ctr"]
@@ -133,32 +135,6 @@ def _startup_over_single(records) -> str:
     return "Start-up, ps_toolkit (async 1+2, all replicas) vs single process: " + ("; ".join(cells) or "-")
 
 
-def main_job_line(summary: dict) -> str:
-    from ps_toolkit.benchmarks.main_job import METHODS
-
-    methods = [method for method in METHODS if method in summary]
-
-    def cell(method, figures):
-        return f"{method} {figures['median']:.1f} s ({figures['min']:.1f}-{figures['max']:.1f})"
-
-    def ratios(prefix: str) -> str:
-        return ", ".join(f"{m}/exec {summary[f'{prefix}{m}_over_exec']:.2f}x" for m in methods if m != "exec")
-
-    walls = ", ".join(cell(method, summary[method]) for method in methods)
-    cpus = ", ".join(cell(method, summary[method]["cpu"]) for method in methods)
-    pairs = ", ".join(
-        f"{m}/exec {summary[f'{m}_pair_ratio_median']:.2f}x" for m in methods if f"{m}_pair_ratio_median" in summary
-    )
-    runs = len(summary[methods[0]]["runs"])
-    load = summary.get("load_average")
-    return (
-        f"Main job (`python scripts/launch_local.py`), {runs} runs each: wall time {walls}, {ratios('')}"
-        + (f" (median of each repetition's own: {pairs})" if pairs else "")
-        + f"; CPU time {cpus}, {ratios('cpu_')}"
-        + (f"; load average {load[0]:.1f} before, {load[1]:.1f} after" if load else "")
-    )
-
-
 def _timing_table(records) -> str:
     header = ["system", "model", "mode", "ps+w", "launch to first step (all / any), s", "last step to all exited, s"]
     header += ["CPU ms/step (by task)", "MB/s moved", "accuracy"]
@@ -192,14 +168,10 @@ def _order(key):
 
 def write_chart(records: list[dict], path: str) -> None:
     """Grouped bars: steps/s of each system per model (async, 1 ps + 2 workers), with min-max whiskers."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
     models = [m for m in ("softmax", "mlp", "wide") if any(r["model"] == m for r in records)]
     systems = [s for s in SYSTEMS if any(r["system"] == s for r in records)]
-    figure, axis = plt.subplots(figsize=(9, 4.5))
+    figure = charts.new_figure((9, 4.5))
+    axis = figure.subplots()
     width = 0.8 / max(len(systems), 1)
     for i, system in enumerate(systems):
         values, errors = [], [[], []]
@@ -222,7 +194,6 @@ def write_chart(records: list[dict], path: str) -> None:
     axis.legend(fontsize=8)
     figure.tight_layout()
     figure.savefig(path, dpi=110)
-    plt.close(figure)
 
 
 def write_all(records: list[dict], out_dir: str, meta: dict) -> dict:

@@ -1,13 +1,13 @@
 """The single-process limit: the same model, input pipeline and SGD in one process, no servers.
 
-python -m ps_toolkit.benchmarks.single_process --model=mlp --train_steps=2000
+python -m benchmarks.single_process --model=mlp --train_steps=2000
 """
 
 import tensorflow as tf
 from absl import app
 
-from ps_toolkit.benchmarks import protocol, task_flags
-from ps_toolkit.benchmarks.synthetic import MODELS, make_data
+from benchmarks import protocol, task_flags
+from benchmarks.synthetic import MODELS, make_data
 from ps_toolkit.models.classifiers import classifier_model_fn
 from ps_toolkit.models.mnist_data import train_input_fn
 from ps_toolkit.training.model_api import InputContext, ModeKeys

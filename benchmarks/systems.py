@@ -5,14 +5,14 @@ from __future__ import annotations
 import dataclasses
 import json
 
-from ps_toolkit.benchmarks.cluster_run import Task
-from ps_toolkit.benchmarks.synthetic import EMBEDDING, MODELS
+from benchmarks.cluster_run import Task
+from benchmarks.synthetic import EMBEDDING, MODELS
 
 TOOLKIT, TOOLKIT_1STEP, TOOLKIT_NEAR = "ps_toolkit", "ps_toolkit_1step", "ps_toolkit_near"
 RAW, TF2, SINGLE = "raw_tf1", "tf2_pss", "single_process"
 SYSTEMS = (TOOLKIT, TOOLKIT_NEAR, TOOLKIT_1STEP, RAW, TF2, SINGLE)
-# The systems run as modules of this package: python -m ps_toolkit.benchmarks.<system>.
-PACKAGE = "ps_toolkit.benchmarks"
+# The systems run as modules of this package: python -m benchmarks.<system>.
+PACKAGE = "benchmarks"
 ASYNC, SYNC = "async", "sync"
 # Flags each ps_toolkit system adds to scripts/run_task.py's defaults. ps_toolkit
 # is the shipped defaults; ps_toolkit_1step turns off the in-graph loop (one step
@@ -20,7 +20,7 @@ ASYNC, SYNC = "async", "sync"
 # --compute_near_weights=all (every layer runs on the ps holding its weights).
 TOOLKIT_FLAGS = {TOOLKIT: (), TOOLKIT_1STEP: ("--steps_per_run=1",), TOOLKIT_NEAR: ("--compute_near_weights=all",)}
 CTR = "ctr"
-CTR_LEARNING_RATE = 0.05  # ps_toolkit.benchmarks.ctr_model.LEARNING_RATE, without importing TensorFlow
+CTR_LEARNING_RATE = 0.05  # benchmarks.ctr_model.LEARNING_RATE, without importing TensorFlow
 _RAW_SCRIPTS = {EMBEDDING.name: PACKAGE + ".raw_tf1_embedding", CTR: PACKAGE + ".raw_tf1_ctr"}
 # The raw script runs until the harness stops it (see run_options).
 RAW_UNBOUNDED_STEPS = 10**9
@@ -87,7 +87,7 @@ def run_options(config: Config, measure_s: float) -> dict:
 def tasks(config: Config, ports: list[int], checkpoint_dir: str, data_dir: str) -> list[Task]:
     """The processes that run ``config``; ports as reserved by the caller (``config.num_ports``).
 
-    ``data_dir`` holds the synthetic data as IDX files (ps_toolkit.benchmarks.synthetic.write_idx_dir):
+    ``data_dir`` holds the synthetic data as IDX files (benchmarks.synthetic.write_idx_dir):
     ps_toolkit reads it through its public --data_dir; the other systems make the same arrays in memory.
     """
     common = [f"--model={config.model}", f"--train_steps={config.train_steps}"]
@@ -142,7 +142,7 @@ def tasks(config: Config, ports: list[int], checkpoint_dir: str, data_dir: str) 
 def batch_and_rate(model: str) -> tuple[int, float]:
     """The model's batch size and SGD learning rate, the same in every system."""
     if model == CTR:
-        from ps_toolkit.benchmarks import ctr_data
+        from benchmarks import ctr_data
 
         return ctr_data.CtrShape.batch_size, CTR_LEARNING_RATE
     return MODELS[model].batch_size, MODELS[model].learning_rate
@@ -152,7 +152,7 @@ def _toolkit_model_flags(config: Config, data_dir: str) -> list[str]:
     """How run_task.py is told the model: a built-in on the IDX files, or the embedding or ctr model's model_fn."""
     if config.model not in (EMBEDDING.name, CTR):
         return [f"--model={config.model}", f"--data_dir={data_dir}"]
-    module = "ps_toolkit.benchmarks." + ("embedding_model" if config.model == EMBEDDING.name else "ctr_model")
+    module = "benchmarks." + ("embedding_model" if config.model == EMBEDDING.name else "ctr_model")
     functions = ("model_fn", "input_fn", "eval_input_fn")
     result = [f"--{name}={module}:{name}" for name in functions] + ["--optimizer=sgd"]
     if config.ctr is not None:

@@ -14,7 +14,7 @@ SYNC = flags.DEFINE_boolean("sync_replicas", False, "Synchronous training (SyncR
 WARMUP_STEPS = flags.DEFINE_integer("warmup_steps", None, "Global step where timing starts; default 20% of the run.")
 CHECKPOINT_DIR = flags.DEFINE_string("checkpoint_dir", None, "Where the chief checkpoints.")
 # The ctr model's variant (ps_toolkit takes the same as --params).
-CTR_IDS = flags.DEFINE_string("ctr_ids", "zipf1.05", "ctr: the id law (ps_toolkit.benchmarks.ctr_data.ID_LAWS).")
+CTR_IDS = flags.DEFINE_string("ctr_ids", "zipf1.05", "ctr: the id law (benchmarks.ctr_data.ID_LAWS).")
 CTR_TABLES = flags.DEFINE_enum("ctr_tables", "per_field", ["per_field", "shared"], "ctr: a table per field, or one.")
 CTR_VOCAB = flags.DEFINE_integer("ctr_vocab", 1_000_000, "ctr: ids per field.")
 CTR_DIM = flags.DEFINE_integer("ctr_dim", 8, "ctr: embedding width.")

@@ -4,14 +4,14 @@ The ps and worker tasks are plain ``tf.distribute.Server`` processes that join
 forever (TF2 has no way for them to end by themselves); the coordinator
 (``--job_name=chief``) builds the model, schedules every step and times them.
 
-    python -m ps_toolkit.benchmarks.tf2_pss --chief_host=... --ps_hosts=... --worker_hosts=... --job_name=chief
+    python -m benchmarks.tf2_pss --chief_host=... --ps_hosts=... --worker_hosts=... --job_name=chief
 """
 
 import tensorflow as tf
 from absl import app, flags
 
-from ps_toolkit.benchmarks import protocol, task_flags
-from ps_toolkit.benchmarks.synthetic import MODELS, make_data
+from benchmarks import protocol, task_flags
+from benchmarks.synthetic import MODELS, make_data
 
 _CHIEF_HOST = flags.DEFINE_string("chief_host", "", "The coordinator's address.")
 

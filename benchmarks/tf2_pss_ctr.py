@@ -1,19 +1,19 @@
 """TF2's ParameterServerStrategy on the ctr model: each table a ShardedVariable over the ps tasks.
 
-Default settings, one step per scheduled function, as ``ps_toolkit.benchmarks.tf2_pss``
+Default settings, one step per scheduled function, as ``benchmarks.tf2_pss``
 does for the dense models; the same tables, batches (``ctr_data``), MLP and plain
 SGD as the other systems. The ps and worker tasks are plain ``tf.distribute.Server``
 processes that join forever. After the last step the coordinator scores the
 evaluation set and reports its AUC.
 
-    python -m ps_toolkit.benchmarks.tf2_pss_ctr --chief_host=... --ps_hosts=... --worker_hosts=... --job_name=chief
+    python -m benchmarks.tf2_pss_ctr --chief_host=... --ps_hosts=... --worker_hosts=... --job_name=chief
 """
 
 import tensorflow as tf
 from absl import app
 
-from ps_toolkit.benchmarks import ctr_data, ctr_model, task_flags, tf2_pss
-from ps_toolkit.benchmarks.ctr_data import DENSE_FEATURES, FIELDS, CtrShape
+from benchmarks import ctr_data, ctr_model, task_flags, tf2_pss
+from benchmarks.ctr_data import DENSE_FEATURES, FIELDS, CtrShape
 
 
 def _table(rows: int, dim: int, name: str):

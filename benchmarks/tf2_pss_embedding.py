@@ -1,18 +1,18 @@
 """TF2's ParameterServerStrategy on the embedding model: the table a ShardedVariable over the ps tasks.
 
-Default settings, one step per scheduled function, as ``ps_toolkit.benchmarks.tf2_pss``
+Default settings, one step per scheduled function, as ``benchmarks.tf2_pss``
 does for the dense models; the same table, ids, batch and plain SGD as the other
-systems (``ps_toolkit.benchmarks.embedding_model``). The ps and worker tasks are plain
+systems (``benchmarks.embedding_model``). The ps and worker tasks are plain
 ``tf.distribute.Server`` processes that join forever.
 
-    python -m ps_toolkit.benchmarks.tf2_pss_embedding --chief_host=... --ps_hosts=... --worker_hosts=... \
+    python -m benchmarks.tf2_pss_embedding --chief_host=... --ps_hosts=... --worker_hosts=... \
         --job_name=chief
 """
 
 import tensorflow as tf
 from absl import app
 
-from ps_toolkit.benchmarks import embedding_model, task_flags, tf2_pss
+from benchmarks import embedding_model, task_flags, tf2_pss
 
 
 def _coordinate() -> None:

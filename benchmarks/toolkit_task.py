@@ -1,11 +1,11 @@
 """One ps_toolkit task for the benchmark: ``scripts/run_task.py`` exactly as shipped, timed by the harness.
 
-    python -m ps_toolkit.benchmarks.toolkit_task --ps_hosts=... --worker_hosts=... --job_name=worker --task_index=0 ...
+    python -m benchmarks.toolkit_task --ps_hosts=... --worker_hosts=... --job_name=worker --task_index=0 ...
 
 It takes run_task.py's flags and runs run_task.py's own ``main``: the same flag
 defaults (``--steps_per_run`` 20, async and sync; a checkpoint every 100 steps),
 preflight, runner, ``monitored_training.train``, summary flush, done signal and fast exit.
-The one addition is the harness's step clock (ps_toolkit/benchmarks/protocol.py), which
+The one addition is the harness's step clock (benchmarks/protocol.py), which
 every benchmarked system prints the same way. It listens through
 ``monitored_training.train``'s public ``on_progress`` argument, called after each
 ``session.run``; the toolkit's own progress lines come once a second, too
@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import importlib.util
 
-from ps_toolkit.benchmarks import protocol
+from benchmarks import protocol
 
 
 def load_run_task():

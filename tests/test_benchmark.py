@@ -7,8 +7,8 @@ import types
 
 import pytest
 
-from ps_toolkit.benchmarks import driver, measure, plan, protocol, report, systems, toolkit_task
-from ps_toolkit.benchmarks.cluster_run import ClusterOutcome, ClusterRunError, Task, TaskResult, run_cluster
+from benchmarks import driver, measure, plan, protocol, report, systems, toolkit_task
+from benchmarks.cluster_run import ClusterOutcome, ClusterRunError, Task, TaskResult, run_cluster
 
 
 def _result(name, markers, exited_at, killed=False, cpu=1.0):
@@ -158,7 +158,7 @@ def test_toolkit_tasks_are_run_task_with_its_defaults():
     assert all(t.must_finish for t in tasks)  # shipped tasks end by themselves
     assert all(t.fork for t in tasks)  # forked from one fork server, as the launcher starts them
     argv = tasks[1].argv
-    assert argv[:2] == ["-m", "ps_toolkit.benchmarks.toolkit_task"]
+    assert argv[:2] == ["-m", "benchmarks.toolkit_task"]
     for flag in ("--data_dir=/tmp/data", "--batch_size=128", "--learning_rate=0.1", "--job_name=worker"):
         assert flag in argv
     assert not [a for a in argv if a.startswith("--steps_per_run")]  # run_task.py's default: 20 async
@@ -173,12 +173,12 @@ def test_toolkit_tasks_are_run_task_with_its_defaults():
 def test_embedding_model_tasks_use_each_systems_own_script():
     config = systems.Config(systems.TOOLKIT, "embedding", systems.ASYNC, 2, 2, 100)
     toolkit = systems.tasks(config, [1, 2, 3, 4], "/c", "/d")[2].argv
-    assert "--model_fn=ps_toolkit.benchmarks.embedding_model:model_fn" in toolkit and "--optimizer=sgd" in toolkit
+    assert "--model_fn=benchmarks.embedding_model:model_fn" in toolkit and "--optimizer=sgd" in toolkit
     assert not [a for a in toolkit if a.startswith(("--model=", "--data_dir="))], toolkit
     raw = systems.tasks(dataclasses.replace(config, system=systems.RAW), [1, 2, 3, 4], "/c", "/d")[2].argv
-    assert raw[:2] == ["-m", "ps_toolkit.benchmarks.raw_tf1_embedding"], raw
+    assert raw[:2] == ["-m", "benchmarks.raw_tf1_embedding"], raw
     tf2 = systems.tasks(dataclasses.replace(config, system=systems.TF2), [1, 2, 3, 4, 5], "/c", "/d")[-1].argv
-    assert tf2[:2] == ["-m", "ps_toolkit.benchmarks.tf2_pss_embedding"], tf2
+    assert tf2[:2] == ["-m", "benchmarks.tf2_pss_embedding"], tf2
 
 
 def test_timed_train_prints_the_harness_markers(capsys):
@@ -214,7 +214,7 @@ def test_with_step_clock_times_replicas_not_ps(monkeypatch):
 def test_synthetic_idx_files_read_back_as_the_same_arrays(tmp_path):
     import numpy as np
 
-    from ps_toolkit.benchmarks.synthetic import make_data, write_idx_dir
+    from benchmarks.synthetic import make_data, write_idx_dir
     from ps_toolkit.models.mnist_files import load_dataset
 
     made, read = make_data(), load_dataset(write_idx_dir(str(tmp_path)))
@@ -264,7 +264,7 @@ def test_quick_plan_covers_every_target():
 # A benchmark run whose server writes its pid to the file in argv[1], then waits forever.
 _HARNESS = """
 import sys
-from ps_toolkit.benchmarks.cluster_run import Task, run_cluster
+from benchmarks.cluster_run import Task, run_cluster
 ready = "import os, sys, threading; open(sys.argv[1] + '.tmp', 'w').write(str(os.getpid())); "
 ready += "os.rename(sys.argv[1] + '.tmp', sys.argv[1]); threading.Event().wait()"
 run_cluster([Task("ps0", ["-c", ready, sys.argv[1]])], timeout_s=120, exit_grace_s=0.5)
@@ -335,7 +335,7 @@ def test_cluster_run_names_a_failed_task():
 
 
 def test_main_job_alternates_the_start_methods_and_summarizes(monkeypatch):
-    from ps_toolkit.benchmarks import main_job
+    from benchmarks import main_job
 
     calls = []
     seconds = {"fork": iter([5.0, 7.0, 6.0]), "exec": iter([12.0, 10.0, 11.0])}
@@ -354,12 +354,12 @@ def test_main_job_alternates_the_start_methods_and_summarizes(monkeypatch):
     assert summary["cpu_fork_over_exec"] == 0.55
     assert len(summary["load_average"]) == 2 and all(load >= 0 for load in summary["load_average"])
     assert summary["fork_pair_ratio_median"] == 0.55  # 5/12, 7/10, 6/11
-    assert "; load average " in report.main_job_line(summary)
-    assert "(median of each repetition's own: fork/exec 0.55x)" in report.main_job_line(summary)
+    assert "; load average " in main_job.main_job_line(summary)
+    assert "(median of each repetition's own: fork/exec 0.55x)" in main_job.main_job_line(summary)
 
 
 def test_main_job_starts_the_hosts_server_once_and_ends_it(monkeypatch):
-    from ps_toolkit.benchmarks import main_job
+    from benchmarks import main_job
 
     events = []
     host = main_job.HostServer(process="host process", path="/x/server.sock")
@@ -375,12 +375,12 @@ def test_main_job_starts_the_hosts_server_once_and_ends_it(monkeypatch):
     summary = main_job.measure(2)
     assert events == ["start", "fork", "exec", "host", "fork", "exec", "host", ("stop", "host process")]
     assert summary["host_over_exec"] == 0.25 and summary["fork_over_exec"] == 0.5
-    line = report.main_job_line(summary)
+    line = main_job.main_job_line(summary)
     assert "host 3.0 s (3.0-3.0), fork/exec 0.50x, host/exec 0.25x" in line, line
 
 
 def test_main_job_refuses_a_bad_repetition_count_in_one_line(capsys):
-    from ps_toolkit.benchmarks import main_job
+    from benchmarks import main_job
 
     assert main_job.main(["main_job", "three"]) == 2
     err = capsys.readouterr().err

@@ -10,7 +10,7 @@ import sys
 
 import pytest
 
-from ps_toolkit.benchmarks import report
+from benchmarks import report
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 

@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from ps_toolkit.benchmarks import ctr_bytes, ctr_data, driver, measure, plan, protocol, systems
-from ps_toolkit.benchmarks.cluster_run import ClusterOutcome, Task, TaskResult
+from benchmarks import ctr_bytes, ctr_data, driver, measure, plan, protocol, systems
+from benchmarks.cluster_run import ClusterOutcome, Task, TaskResult
 from ps_toolkit.training import sparse_lookup
 
 TINY = ctr_data.CtrShape(vocab=1000, dim=4, batch_size=256)

@@ -13,7 +13,7 @@ from tests.taskrun import run_tasks
 
 @pytest.mark.slow
 def test_bytes_per_step_are_within_2x_of_the_rows_touched():
-    command = [sys.executable, "-m", "ps_toolkit.benchmarks.embedding_bytes", "--steps=60"]
+    command = [sys.executable, "-m", "benchmarks.embedding_bytes", "--steps=60"]
     outcome = run_tasks({"bytes": command}, timeout=400)["bytes"]
     assert outcome.returncode == 0, outcome.describe()
     rows = [json.loads(line) for line in outcome.stdout.splitlines() if line.startswith('{"mode"')]

@@ -13,6 +13,7 @@ import subprocess
 import sys
 import sysconfig
 import textwrap
+import zipfile
 
 import pytest
 
@@ -21,7 +22,7 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 COPY_IGNORED = shutil.ignore_patterns(
     ".git", "__pycache__", "*.egg-info", "build", "dist", ".pytest_cache", ".ruff_cache"
 )
-COMMANDS = ("ps-run-task", "ps-launch-local", "ps-run-legacy", "ps-benchmark", "ps-make-slurm-job", "ps-make-tfjob")
+COMMANDS = ("ps-run-task", "ps-launch-local", "ps-run-legacy", "ps-make-slurm-job", "ps-make-tfjob")
 
 LEGACY_SCRIPT = textwrap.dedent(
     """\
@@ -55,6 +56,9 @@ def venv(tmp_path_factory):
     )
     assert built.returncode == 0, built.stderr
     (wheel,) = wheels.glob("ps_toolkit-*.whl")
+    with zipfile.ZipFile(wheel) as archive:
+        benchmark_files = [name for name in archive.namelist() if "benchmark" in name]
+    assert not benchmark_files, f"the wheel ships benchmark code: {benchmark_files}"
     subprocess.run([sys.executable, "-m", "venv", "--system-site-packages", str(env_dir)], check=True, timeout=120)
     python = env_dir / "bin" / "python"
     see_this_environments_packages(python)

@@ -58,11 +58,21 @@ def write_progress_chart(progress: Mapping[str, Sequence[dict]], path: str) -> b
     return True
 
 
-def _draw(series: Mapping[str, Sequence[dict]], path) -> None:
+def new_figure(figsize: tuple[float, float]):
+    """Returns a matplotlib ``Figure`` on an Agg canvas: every chart of the project is drawn on one.
+
+    Args:
+        figsize: width and height in inches.
+    """
     canvas_type, figure_type = _canvas_and_figure()
-    start = min(r["time"] for records in series.values() for r in records)
-    figure = figure_type(figsize=(8, 6))
+    figure = figure_type(figsize=figsize)
     canvas_type(figure)  # Agg: no display, as in terminals and CI
+    return figure
+
+
+def _draw(series: Mapping[str, Sequence[dict]], path) -> None:
+    start = min(r["time"] for records in series.values() for r in records)
+    figure = new_figure((8, 6))
     loss_axes, rate_axes = figure.subplots(2, 1, sharex=True)
     for name, records in sorted(series.items()):
         _plot(loss_axes, records, "loss", start, name)
