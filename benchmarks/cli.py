@@ -97,7 +97,7 @@ def _private_network() -> str | None:
 
 
 def main() -> None:
-    """The ``ps-benchmark`` command."""
+    """The benchmark's command: ``python scripts/benchmark.py``."""
     cli.run_tool(_main, __name__)
 
 
