@@ -48,7 +48,7 @@ def _use(owner: str, name: str, used_by: str, why: str, example: str | None = No
 
 _FORK_SERVER = "ps_toolkit/process/fork_server.py"
 _CHECKPOINTS = "ps_toolkit/task/checkpoints.py"
-_MONITORED = "ps_toolkit/task/monitored_training.py"
+_MONITORED = "ps_toolkit/task/roles/trainer.py"
 _ROLES = "compat/estimator_roles.py"
 ESTIMATOR_SUPPORT = _SUPPORT = "compat/estimator_support.py"
 _INPUTS = "compat/estimator_inputs.py"

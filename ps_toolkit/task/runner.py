@@ -71,7 +71,8 @@ def _serve(cluster: ClusterConfig, ps_orphan_timeout_secs: float) -> dict:
 
 
 def _train(cluster: ClusterConfig, config: TrainConfig, definition: ModelDefinition, partitioner) -> dict:
-    from ps_toolkit.task import checkpoints, monitored_training
+    from ps_toolkit.task import checkpoints
+    from ps_toolkit.task.roles import trainer
 
     if cluster.is_chief:
         checkpoints.prepare_checkpoint_dir(config.checkpoint_dir)
@@ -84,7 +85,7 @@ def _train(cluster: ClusterConfig, config: TrainConfig, definition: ModelDefinit
             write_run_record(config.checkpoint_dir, cluster, config, definition)
         return servers[0].target
 
-    result = monitored_training.train(cluster, start_server, config, definition, session_config)
+    result = trainer.train(cluster, start_server, config, definition, session_config)
     # Close the chief's summary writers now: nothing must depend on interpreter exit.
     tf_summary_writers_flush()
     server_lib.signal_done(cluster, servers[0].target)

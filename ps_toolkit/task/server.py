@@ -23,8 +23,8 @@ import tensorflow as tf
 from ps_toolkit.base.errors import OrphanedError, PortInUseError
 from ps_toolkit.cluster.config import PS, ClusterConfig, is_loopback_host, split_address
 from ps_toolkit.cluster.preflight import check_host_resolves, check_port_free, connect, reachable
-from ps_toolkit.task import open_ports
-from ps_toolkit.task.netns import PRIVATE_NETWORK_ENV
+from ps_toolkit.network import open_ports
+from ps_toolkit.network.netns import PRIVATE_NETWORK_ENV
 
 log = logging.getLogger(__name__)
 

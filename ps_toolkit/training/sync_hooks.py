@@ -11,7 +11,7 @@ import time
 import tensorflow as tf
 
 from ps_toolkit.base import tf_internals
-from ps_toolkit.base.task_lines import PROGRESS_PREFIX
+from ps_toolkit.base.progress_lines import PROGRESS_PREFIX
 
 # Ops the chief runs when it is about to initialize or restore the model (not when it keeps the
 # live state): while the model is not ready, no other replica's session can start meanwhile.

@@ -18,7 +18,8 @@ import tensorflow as tf
 from ps_toolkit import dynamic_embedding
 from ps_toolkit.base.errors import ConfigError
 from ps_toolkit.cluster.config import ClusterConfig
-from ps_toolkit.task import checkpoints, step_guard
+from ps_toolkit.network import step_guard
+from ps_toolkit.task import checkpoints
 from ps_toolkit.task.sessions import FastWorkerSessionCreator, LiveStateChiefSessionCreator
 from ps_toolkit.task.watchdog import ProgressWatchdog
 from ps_toolkit.training import multi_step, replica_graph
