@@ -53,7 +53,7 @@ _ROLES = "compat/estimator_roles.py"
 ESTIMATOR_SUPPORT = _SUPPORT = "compat/estimator_support.py"
 _INPUTS = "compat/estimator_inputs.py"
 _SUPERVISION = "compat/supervision.py"
-_HOOKS = "ps_toolkit/training/hooks.py"
+_HOOKS = "ps_toolkit/training/queue_runners.py"
 
 # --- Module names old scripts import (compat/internal_modules.py) --------------------------------------------------
 
@@ -350,7 +350,7 @@ _use(
 )
 
 
-# --- The chief's sync aggregation thread (ps_toolkit/training/hooks.py) ----------------------------------------
+# --- The chief's sync aggregation thread (ps_toolkit/training/queue_runners.py) --------------------------------
 
 _QUEUE_RUNNER = "tensorflow.python.training.queue_runner_impl.QueueRunner"
 _QUEUE_RUNNER_RUN = _use(

@@ -14,8 +14,8 @@ from ps_toolkit.base import paths
 from ps_toolkit.cluster.config import EVALUATOR, PS, ClusterConfig
 from ps_toolkit.task import server as server_lib
 from ps_toolkit.training.config import TrainConfig
-from ps_toolkit.training.hooks import print_result
 from ps_toolkit.training.model_api import ModelDefinition
+from ps_toolkit.training.progress_report import print_result
 
 log = logging.getLogger(__name__)
 

@@ -25,8 +25,9 @@ from ps_toolkit.task.watchdog import ProgressWatchdog
 from ps_toolkit.training import multi_step, replica_graph
 from ps_toolkit.training.config import TrainConfig
 from ps_toolkit.training.evaluation import FinalEvaluationHook, write_summary
-from ps_toolkit.training.hooks import ProgressHook, StopAtLastStepHook
 from ps_toolkit.training.model_api import ModelDefinition
+from ps_toolkit.training.multi_step import StopAtLastStepHook
+from ps_toolkit.training.progress_report import ProgressHook
 from ps_toolkit.training.replica_graph import TrainGraph
 
 log = logging.getLogger(__name__)
