@@ -25,7 +25,7 @@ def load_run_task():
 
 
 def timed(train):
-    """``train`` (ps_toolkit.task.trainer.train) printing the harness's markers for this replica."""
+    """``train`` (ps_toolkit.task.roles.trainer.train) printing the harness's markers for this replica."""
 
     def timed_train(cluster, target, config, definition, session_config=None, on_progress=None):
         clock = protocol.StepClock(config.train_steps)
