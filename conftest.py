@@ -16,8 +16,8 @@ os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")
 from absl import flags  # noqa: E402
 
 from ps_toolkit.launch import task_plan  # noqa: E402
+from ps_toolkit.network import port_guard  # noqa: E402
 from ps_toolkit.process import fork_client  # noqa: E402
-from ps_toolkit.task import port_guard  # noqa: E402
 
 # Standalone tasks keep their ports private (ps_toolkit/task/startup.py): a loopback cluster in a
 # network namespace of its own, others behind packet-filter rules, or they refuse to start. The

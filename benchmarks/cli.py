@@ -87,7 +87,7 @@ def _private_network() -> str | None:
     """Moves this process (and so every task it starts) into a private network namespace, so that its
     loopback carries only the benchmark's own traffic: bytes per step are counted there. None where
     no namespace can be made (then they are not measured)."""
-    from ps_toolkit.task import netns
+    from ps_toolkit.network import netns
 
     try:
         return netns.enter_private_network()

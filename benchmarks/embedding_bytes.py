@@ -18,7 +18,7 @@ from absl import app, flags
 
 from benchmarks.cluster_run import loopback_bytes
 from benchmarks.synthetic import EMBEDDING
-from ps_toolkit.task import netns
+from ps_toolkit.network import netns
 
 _STEPS = flags.DEFINE_integer("steps", 200, "Global steps per mode, the first fifth not counted.")
 
@@ -45,7 +45,7 @@ def _train_sampling_loopback(mode: dict, steps: int, checkpoint_dir: str) -> lis
     """Trains the embedding model on 2 ps + 1 worker in this process; (global step, loopback bytes) per progress."""
     from benchmarks import embedding_model
     from ps_toolkit.launch.local_cluster import InProcessCluster
-    from ps_toolkit.task import monitored_training
+    from ps_toolkit.task.roles import trainer
     from ps_toolkit.training.config import TrainConfig
     from ps_toolkit.training.model_api import ModelDefinition
 
@@ -65,7 +65,7 @@ def _train_sampling_loopback(mode: dict, steps: int, checkpoint_dir: str) -> lis
         samples.append((global_step, loopback_bytes()))
 
     with InProcessCluster(num_ps=2, num_workers=1) as cluster:
-        monitored_training.train(
+        trainer.train(
             cluster.cluster_config("worker", 0), cluster.targets["worker"][0], config, definition, on_progress=sample
         )
     return samples

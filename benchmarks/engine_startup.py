@@ -53,7 +53,7 @@ def _launch(argv: list[str]) -> float:
 
 
 def main(argv: list[str]) -> None:
-    from ps_toolkit.task import port_guard
+    from ps_toolkit.network import port_guard
 
     open_ports = [] if port_guard.unavailable_reason() is None else ["--allow_open_ports"]
     commands = _commands(open_ports)

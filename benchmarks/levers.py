@@ -74,7 +74,7 @@ def main(_):
 
 def _private_network() -> bool:
     """Whether this run's loopback is its own (a private network namespace), so bytes can be counted."""
-    from ps_toolkit.task import netns
+    from ps_toolkit.network import netns
 
     try:
         netns.enter_private_network()

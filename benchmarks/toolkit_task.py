@@ -4,10 +4,10 @@
 
 It takes run_task.py's flags and runs run_task.py's own ``main``: the same flag
 defaults (``--steps_per_run`` 20, async and sync; a checkpoint every 100 steps),
-preflight, runner, ``monitored_training.train``, summary flush, done signal and fast exit.
+preflight, runner, ``trainer.train``, summary flush, done signal and fast exit.
 The one addition is the harness's step clock (benchmarks/protocol.py), which
 every benchmarked system prints the same way. It listens through
-``monitored_training.train``'s public ``on_progress`` argument, called after each
+``trainer.train``'s public ``on_progress`` argument, called after each
 ``session.run``; the toolkit's own progress lines come once a second, too
 coarse to time a first step or a last one.
 """
@@ -25,7 +25,7 @@ def load_run_task():
 
 
 def timed(train):
-    """``train`` (ps_toolkit.task.monitored_training.train) printing the harness's markers for this replica."""
+    """``train`` (ps_toolkit.task.roles.trainer.train) printing the harness's markers for this replica."""
 
     def timed_train(cluster, target, config, definition, session_config=None, on_progress=None):
         clock = protocol.StepClock(config.train_steps)
@@ -44,7 +44,7 @@ def timed(train):
 
 
 def with_step_clock(run):
-    """Wraps run_task.run so that a training replica's ``monitored_training.train`` is ``timed``.
+    """Wraps run_task.run so that a training replica's ``trainer.train`` is ``timed``.
 
     Patched inside ``run``, where run_task.py imports TensorFlow anyway: the
     task's startup is not charged an earlier import.
@@ -52,9 +52,9 @@ def with_step_clock(run):
 
     def timed_run(cluster, config):
         if cluster.task_type != "ps":
-            from ps_toolkit.task import monitored_training
+            from ps_toolkit.task.roles import trainer
 
-            monitored_training.train = timed(monitored_training.train)
+            trainer.train = timed(trainer.train)
         run(cluster, config)
 
     return timed_run

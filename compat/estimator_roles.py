@@ -5,7 +5,7 @@ per-role executor, ``tf_internals.training_executor_base()``, is what
 train_and_evaluate runs on each task):
 
 - ps: serves until every replica (chief and workers) has told it that it is
-  done, then ends the process with status 0 (``ps_toolkit.task.server``'s done
+  done, then ends the process with status 0 (``ps_toolkit.task.roles.ps``'s done
   queues). The estimator's ps called ``server.join()`` and never returned, so
   no code after ``train_and_evaluate`` ran on a ps; none does here either.
   Its wait for replicas that are gone is bounded (300 s, the default of
@@ -42,7 +42,7 @@ from ps_toolkit.base.errors import ConfigError  # noqa: E402
 from ps_toolkit.cluster.config import CHIEF, JOB_ALIASES, ClusterConfig  # noqa: E402
 from ps_toolkit.cluster.preflight import check_host_resolves, check_port_free  # noqa: E402
 from ps_toolkit.task import startup  # noqa: E402
-from ps_toolkit.task.server import serve_until_done, signal_done  # noqa: E402
+from ps_toolkit.task.roles.ps import serve_until_done, signal_done  # noqa: E402
 from ps_toolkit_compat import estimator_inputs, supervision, task_context  # noqa: E402
 from ps_toolkit_compat.evaluator_watch import (  # noqa: E402
     CheckpointWatch,

@@ -24,7 +24,7 @@ import types
 
 import tensorflow as _real_tf
 
-from ps_toolkit.training.hooks import quiet_cancelled_queue_runners
+from ps_toolkit.training.queue_runners import quiet_cancelled_queue_runners
 from ps_toolkit_compat import (
     contrib,
     estimator_support,

@@ -19,7 +19,7 @@ import time
 
 import tensorflow as tf
 
-from ps_toolkit.base.task_lines import PROGRESS_PREFIX
+from ps_toolkit.base.progress_lines import PROGRESS_PREFIX
 from ps_toolkit.launch.task_plan import CLUSTER_ARGS_ENV
 
 INTERVAL_SECS = 2.0

@@ -19,8 +19,8 @@ from collections.abc import Sequence
 import psutil
 import pytest
 
+from ps_toolkit.network import port_guard
 from ps_toolkit.process import lifecycle
-from ps_toolkit.task import port_guard
 
 
 def unavailable(engine: str, reason: str):

@@ -199,14 +199,14 @@ def test_timed_train_prints_the_harness_markers(capsys):
 
 
 def test_with_step_clock_times_replicas_not_ps(monkeypatch):
-    from ps_toolkit.task import monitored_training
+    from ps_toolkit.task.roles import trainer
 
-    shipped = monitored_training.train
+    shipped = trainer.train
     calls = []
-    wrapped = toolkit_task.with_step_clock(lambda cluster, config: calls.append(monitored_training.train))
+    wrapped = toolkit_task.with_step_clock(lambda cluster, config: calls.append(trainer.train))
     wrapped(types.SimpleNamespace(task_type="ps"), None)
     assert calls[-1] is shipped
-    monkeypatch.setattr(monitored_training, "train", shipped)  # restored after the test
+    monkeypatch.setattr(trainer, "train", shipped)  # restored after the test
     wrapped(types.SimpleNamespace(task_type="worker"), None)
     assert calls[-1] is not shipped
 

@@ -6,7 +6,7 @@ import pytest
 import tensorflow as tf
 
 from ps_toolkit.cluster.config import ClusterConfig
-from ps_toolkit.task import monitored_training
+from ps_toolkit.task.roles import trainer
 
 # As TensorFlow reported a ps:1 restart in one of the failing runs (the CANCELLED part came first).
 PEER_RESTARTED = """Graph execution error:
@@ -32,7 +32,7 @@ def _run_step(session) -> None:
     graph = SimpleNamespace(train_op=None, multi_step=None)
     config = SimpleNamespace(sync_replicas=True)
     cluster = ClusterConfig(jobs={"ps": ["localhost:1"], "worker": ["localhost:2"]}, task_type="worker", task_index=0)
-    monitored_training._run_step(session, graph, config, cluster, progress=None)
+    trainer._run_step(session, graph, config, cluster, progress=None)
 
 
 def test_a_step_cancelled_by_a_peers_restart_is_not_an_error():

@@ -4,7 +4,7 @@ import types
 
 import tensorflow as tf
 
-from ps_toolkit.task import monitored_training
+from ps_toolkit.task.roles import trainer
 from ps_toolkit.training.config import TrainConfig
 
 
@@ -16,7 +16,7 @@ def _count_global_step_reads(tmp_path, steps: int, steps_per_run: int) -> tuple[
         global_step = tf.compat.v1.train.get_or_create_global_step()
         train_op = tf.compat.v1.assign_add(global_step, steps_per_run)
         scaffold = tf.compat.v1.train.Scaffold()
-        hooks = monitored_training._chief_saving_hooks(config, types.SimpleNamespace(scaffold=scaffold))
+        hooks = trainer._chief_saving_hooks(config, types.SimpleNamespace(scaffold=scaffold))
 
         class CountingCreator(tf.compat.v1.train.ChiefSessionCreator):
             def create_session(self):

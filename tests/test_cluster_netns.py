@@ -15,13 +15,13 @@ import psutil
 import pytest
 
 from ps_toolkit.base import paths
-from ps_toolkit.task import cluster_netns
+from ps_toolkit.network import cluster_netns
 from tests import logwatch
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # Joins the cluster named on the command line, says "joined", then waits for its stdin to close.
 MEMBER = (
-    "import sys; from ps_toolkit.task import cluster_netns; cluster_netns.join(sys.argv[1]); "
+    "import sys; from ps_toolkit.network import cluster_netns; cluster_netns.join(sys.argv[1]); "
     "print('joined', flush=True); sys.stdin.read()"
 )
 

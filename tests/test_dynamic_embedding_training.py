@@ -18,7 +18,7 @@ import tensorflow as tf
 from ps_toolkit import dynamic_embedding as de
 from ps_toolkit.base.errors import ConfigError
 from ps_toolkit.launch.local_cluster import InProcessCluster
-from ps_toolkit.task import monitored_training
+from ps_toolkit.task.roles import trainer
 from ps_toolkit.training import export
 from ps_toolkit.training.config import TrainConfig
 from ps_toolkit.training.model_api import InputContext, ModeKeys, ModelDefinition
@@ -41,7 +41,7 @@ def _train(tmp_path, num_ps=2, params=None, **config):
     settings = {"train_steps": 30, "batch_size": 32, "optimizer": "adagrad", "learning_rate": 0.5, **config}
     config = TrainConfig(checkpoint_dir=str(tmp_path), **settings)
     with InProcessCluster(num_ps=num_ps, num_workers=1) as cluster:
-        return monitored_training.train(
+        return trainer.train(
             cluster.cluster_config("worker", 0), cluster.targets["worker"][0], config, _definition(**(params or {}))
         )
 

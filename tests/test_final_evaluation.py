@@ -9,7 +9,7 @@ import tensorflow as tf
 from ps_toolkit.base.errors import ConfigError
 from ps_toolkit.launch.local_cluster import InProcessCluster
 from ps_toolkit.models import classifiers
-from ps_toolkit.task import monitored_training
+from ps_toolkit.task.roles import trainer
 from ps_toolkit.training.config import TrainConfig
 from ps_toolkit.training.model_api import ModeKeys, ModelSpec
 
@@ -60,7 +60,7 @@ def _with_local_variable_hook(features, labels, mode, params):
 def _train(definition, tmp_path, num_ps, steps_seen=None, **config):
     config = TrainConfig(checkpoint_dir=str(tmp_path), batch_size=32, **config)
     with InProcessCluster(num_ps=num_ps, num_workers=1) as cluster:
-        return monitored_training.train(
+        return trainer.train(
             cluster.cluster_config("worker", 0),
             cluster.targets["worker"][0],
             config,
@@ -114,7 +114,7 @@ def test_each_replica_counts_its_own_evaluation_when_train_mode_made_the_same_me
 
         def train(index):
             try:
-                results[index] = monitored_training.train(
+                results[index] = trainer.train(
                     cluster.cluster_config("worker", index), cluster.targets["worker"][index], config, definition
                 )
             except Exception as err:  # reported below, with the other replica's result

@@ -10,8 +10,8 @@ import time
 import pytest
 
 from ps_toolkit.launch import task_plan
+from ps_toolkit.network import netns
 from ps_toolkit.process import fork_client
-from ps_toolkit.task import netns
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 LAUNCHER = os.path.join(ROOT, "scripts", "launch_local.py")

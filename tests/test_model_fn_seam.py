@@ -11,7 +11,7 @@ import tensorflow as tf
 from ps_toolkit.cluster.config import ClusterConfig
 from ps_toolkit.launch.local_cluster import InProcessCluster
 from ps_toolkit.models import classifiers
-from ps_toolkit.task import monitored_training
+from ps_toolkit.task.roles import trainer
 from ps_toolkit.training import replica_graph
 from ps_toolkit.training.config import TrainConfig
 from ps_toolkit.training.model_api import ModelDefinition
@@ -26,9 +26,7 @@ CLICKS = ModelDefinition(clicks.model_fn, clicks.input_fn, clicks.eval_input_fn,
 def _train(definition, tmp_path, **config):
     config = TrainConfig(checkpoint_dir=str(tmp_path), **{"train_steps": 40, "batch_size": 32, **config})
     with InProcessCluster(num_ps=1, num_workers=1) as cluster:
-        return monitored_training.train(
-            cluster.cluster_config("worker", 0), cluster.targets["worker"][0], config, definition
-        )
+        return trainer.train(cluster.cluster_config("worker", 0), cluster.targets["worker"][0], config, definition)
 
 
 @pytest.mark.parametrize("optimizer", OPTIMIZER_NAMES)

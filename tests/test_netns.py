@@ -16,7 +16,7 @@ import sys
 
 import pytest
 
-from ps_toolkit.task.port_guard import ALLOW_OPEN_PORTS_ENV
+from ps_toolkit.network.port_guard import ALLOW_OPEN_PORTS_ENV
 from tests.netns_helpers import Namespaces, qdisc_support
 from tests.taskrun import RUN_TASK, assert_cluster_trained, run_tasks
 

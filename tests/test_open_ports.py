@@ -199,7 +199,8 @@ def test_stale_rules_of_a_killed_guardian_are_replaced(spaces):
     assert len(guard_rules(spaces)) == 2
     script = (
         # port_guard.py alone (standard library only), without the package's imports.
-        f"import subprocess, sys; sys.path.insert(0, {os.path.join(ROOT, 'ps_toolkit', 'task')!r}); import port_guard;"
+        f"import subprocess, sys; sys.path.insert(0, {os.path.join(ROOT, 'ps_toolkit', 'network')!r});"
+        "import port_guard;"
         f"g = port_guard.PortGuard.start({PORT}, ['localhost']);"
         "rules = subprocess.run(['iptables', '-S', 'INPUT'], capture_output=True, text=True).stdout;"
         f"print(rules.count('ps_toolkit port {PORT}'));"

@@ -13,7 +13,8 @@ import pytest
 
 from ps_toolkit.launch.console_stream import BestEffortStream
 from ps_toolkit.launch.task_output import LOG, LogTail, TaskOutput
-from ps_toolkit.process import lifecycle, task_streams
+from ps_toolkit.process import lifecycle
+from ps_toolkit.task import tolerant_streams
 
 
 class _Pipe:
@@ -109,11 +110,11 @@ def test_tolerant_task_streams_drop_writes_on_a_full_disk():
     """/dev/full answers every write with ENOSPC, as a full log folder does."""
     code = (
         "import os, sys\n"
-        "from ps_toolkit.process import task_streams\n"
+        "from ps_toolkit.task import tolerant_streams\n"
         "full = os.open('/dev/full', os.O_WRONLY)\n"
         "os.dup2(full, 1)\n"
         "os.dup2(full, 2)\n"
-        "task_streams.install()\n"
+        "tolerant_streams.install()\n"
         "for _ in range(10000):\n"
         "    print('x' * 100)\n"
         "print('done', file=sys.stderr, flush=True)\n"
@@ -121,14 +122,14 @@ def test_tolerant_task_streams_drop_writes_on_a_full_disk():
     env = {**os.environ, "PYTHONPATH": os.path.dirname(os.path.dirname(os.path.abspath(__file__)))}
     done = subprocess.run([sys.executable, "-c", code], env=env, timeout=60)
     assert done.returncode == 0
-    plain = subprocess.run([sys.executable, "-c", code.replace("task_streams.install()", "")], env=env, timeout=60)
+    plain = subprocess.run([sys.executable, "-c", code.replace("tolerant_streams.install()", "")], env=env, timeout=60)
     assert plain.returncode != 0  # Python's own streams die of it
 
 
 def test_tolerant_streams_still_raise_other_errors(tmp_path):
     read_fd, write_fd = os.pipe()
     os.close(read_fd)
-    stream = task_streams.tolerant(sys.stdout, write_fd)
+    stream = tolerant_streams.tolerant(sys.stdout, write_fd)
     try:
         with pytest.raises(BrokenPipeError):
             stream.write("x\n")

@@ -1,4 +1,4 @@
-"""Port-guard rules are owned, not guessed (task.port_guard): each guardian's rules carry its owner id, only
+"""Port-guard rules are owned, not guessed (network.port_guard): each guardian's rules carry its owner id, only
 it removes them, it outlives a kill of its task's whole tree, and the rules of dead owners go at the next start.
 
 Root and iptables only; each test works in a network namespace of its own, so the host's INPUT chain is untouched.

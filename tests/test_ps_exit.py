@@ -10,7 +10,7 @@ import threading
 import time
 
 from ps_toolkit.cluster.config import ClusterConfig
-from ps_toolkit.task.server import wait_for_replicas_gone
+from ps_toolkit.task.roles.ps import wait_for_replicas_gone
 
 
 def _listening_socket() -> socket.socket:

@@ -10,13 +10,13 @@ import sys
 
 import pytest
 
-from ps_toolkit.base import task_lines
+from ps_toolkit.base import progress_lines
 from ps_toolkit.launch.task_output import ConsoleFilter
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 RUN = os.path.join(ROOT, "tests", "fixtures", "verdict_run.py")
 # Read so, the file also runs (and fails for its findings) against a toolkit from before the prefix.
-LOG_ONLY_PREFIX = getattr(task_lines, "LOG_ONLY_PREFIX", "ps_toolkit log only: ")
+LOG_ONLY_PREFIX = getattr(progress_lines, "LOG_ONLY_PREFIX", "ps_toolkit log only: ")
 
 pytestmark = pytest.mark.timeout(300)
 

@@ -7,8 +7,9 @@ import pytest
 import tensorflow as tf
 
 from ps_toolkit.base.errors import EXIT_CONFIG, ConfigError
-from ps_toolkit.task import monitored_training, step_guard
-from ps_toolkit.task.step_bound import StepBound
+from ps_toolkit.network import step_guard
+from ps_toolkit.network.step_bound import StepBound
+from ps_toolkit.task.roles import trainer
 from ps_toolkit.training.config import TrainConfig
 
 
@@ -74,7 +75,7 @@ def test_the_hook_stops_the_chief_before_the_saver_writes_the_step(tmp_path):
         tamper = tf.compat.v1.assign(global_step, 10**9)
         scaffold = tf.compat.v1.train.Scaffold()
         graph = types.SimpleNamespace(multi_step=None, global_step=global_step, scaffold=scaffold)
-        hooks = [step_guard.chief_hook(cluster, config, graph), *monitored_training._chief_saving_hooks(config, graph)]
+        hooks = [step_guard.chief_hook(cluster, config, graph), *trainer._chief_saving_hooks(config, graph)]
         creator = tf.compat.v1.train.ChiefSessionCreator(scaffold)
         with (
             pytest.raises(ConfigError) as refused,

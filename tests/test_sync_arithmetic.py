@@ -14,7 +14,7 @@ import tensorflow as tf
 from ps_toolkit.launch.local_cluster import InProcessCluster
 from ps_toolkit.placement import strategies
 from ps_toolkit.training import multi_step
-from ps_toolkit.training.hooks import SyncReplicasHook
+from ps_toolkit.training.sync_hooks import SyncReplicasHook
 from ps_toolkit.training.sync_replicas import PerReplicaSyncOptimizer
 
 LEARNING_RATE = 2.0

@@ -15,7 +15,7 @@ import tensorflow as tf
 
 import ps_toolkit
 from ps_toolkit.launch.local_cluster import InProcessCluster
-from ps_toolkit.task import monitored_training
+from ps_toolkit.task.roles import trainer
 from ps_toolkit.training.config import TrainConfig
 from ps_toolkit.training.model_api import ModelDefinition
 
@@ -61,7 +61,7 @@ def test_sync_chief_leaves_no_aggregation_running_at_close(tmp_path, steps_per_r
     logger.addHandler(messages)
     try:
         with InProcessCluster(num_ps=2, num_workers=1) as cluster:
-            result = monitored_training.train(
+            result = trainer.train(
                 cluster.cluster_config("worker", 0), cluster.targets["worker"][0], config, definition
             )
             left = [t.name for t in threading.enumerate() if t.name.startswith("QueueRunnerThread-")]

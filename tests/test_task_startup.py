@@ -28,7 +28,7 @@ import psutil
 import pytest
 
 from ps_toolkit.launch.ports import reserve_ports
-from ps_toolkit.task import cluster_netns
+from ps_toolkit.network import cluster_netns
 from tests import logwatch
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))

@@ -4,7 +4,7 @@ import re
 import threading
 
 from ps_toolkit.cluster.config import ClusterConfig
-from ps_toolkit.task.monitored_training import _step_dependency
+from ps_toolkit.task.roles.trainer import _step_dependency
 from ps_toolkit.task.watchdog import ProgressWatchdog
 from ps_toolkit.training.config import TrainConfig
 

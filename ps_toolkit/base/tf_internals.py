@@ -48,12 +48,12 @@ def _use(owner: str, name: str, used_by: str, why: str, example: str | None = No
 
 _FORK_SERVER = "ps_toolkit/process/fork_server.py"
 _CHECKPOINTS = "ps_toolkit/task/checkpoints.py"
-_MONITORED = "ps_toolkit/task/monitored_training.py"
+_MONITORED = "ps_toolkit/task/roles/trainer.py"
 _ROLES = "compat/estimator_roles.py"
 ESTIMATOR_SUPPORT = _SUPPORT = "compat/estimator_support.py"
 _INPUTS = "compat/estimator_inputs.py"
 _SUPERVISION = "compat/supervision.py"
-_HOOKS = "ps_toolkit/training/hooks.py"
+_HOOKS = "ps_toolkit/training/queue_runners.py"
 
 # --- Module names old scripts import (compat/internal_modules.py) --------------------------------------------------
 
@@ -350,7 +350,7 @@ _use(
 )
 
 
-# --- The chief's sync aggregation thread (ps_toolkit/training/hooks.py) ----------------------------------------
+# --- The chief's sync aggregation thread (ps_toolkit/training/queue_runners.py) --------------------------------
 
 _QUEUE_RUNNER = "tensorflow.python.training.queue_runner_impl.QueueRunner"
 _QUEUE_RUNNER_RUN = _use(

@@ -21,7 +21,7 @@ from ps_toolkit.base.errors import (
     ConfigError,
 )
 from ps_toolkit.cluster.config import CHIEF, EVALUATOR, PS, WORKER
-from ps_toolkit.task.port_guard import ALLOW_OPEN_PORTS_ENV
+from ps_toolkit.network.port_guard import ALLOW_OPEN_PORTS_ENV
 
 # Kubeflow's replica type names; the operator lowercases them for TF_CONFIG.
 REPLICA_TYPES = {CHIEF: "Chief", PS: "PS", WORKER: "Worker", EVALUATOR: "Evaluator"}

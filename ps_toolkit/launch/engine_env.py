@@ -9,7 +9,7 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping
 
-from ps_toolkit.task.port_guard import ALLOW_OPEN_PORTS_ENV
+from ps_toolkit.network.port_guard import ALLOW_OPEN_PORTS_ENV
 
 # Where the user's modules are (--model_fn=MODULE:...), and the open-ports consent the tasks check.
 CARRIED_KEYS = ("PYTHONPATH", ALLOW_OPEN_PORTS_ENV)

@@ -20,7 +20,7 @@ import os
 import re
 from collections.abc import Callable
 
-from ps_toolkit.base.task_lines import LOG_ONLY_PREFIX, PROGRESS_PREFIX
+from ps_toolkit.base.progress_lines import LOG_ONLY_PREFIX, PROGRESS_PREFIX
 
 TAIL_LINES = 20
 # The stream name of a log file that a task writes both its stdout and stderr into.

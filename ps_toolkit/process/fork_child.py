@@ -4,7 +4,7 @@ What a fresh ``processes.spawn`` of that command gets, the child sets up
 itself, in this order and before any thread starts: its own session (so its
 own process group, which the launcher signals), death with the fork server
 (PR_SET_PDEATHSIG), stdin from /dev/null and the client's stdout/stderr (as
-Python streams that drop what a full disk has no room for: ``task_streams``), the
+Python streams that drop what a full disk has no room for: ``task.tolerant_streams``), the
 client's user and network namespaces (setns, when they differ from the
 server's), its working folder and environment, fresh random seeds (a forked
 child would otherwise repeat the server's), its name (the script's: ``ps -e``
@@ -31,7 +31,8 @@ import traceback
 
 import setproctitle
 
-from ps_toolkit.process import fork_protocol, python_path, task_streams
+from ps_toolkit.process import fork_protocol, python_path
+from ps_toolkit.task import tolerant_streams
 
 # setproctitle finds the room for a title (argv and the environment after it) on its first call: made
 # here, in the server, before a child clears the environment it would no longer find contiguous.
@@ -93,7 +94,7 @@ def _redirect(stdout: int, stderr: int) -> None:
     os.close(devnull)
     os.dup2(stdout, 1)
     os.dup2(stderr, 2)
-    task_streams.install()
+    tolerant_streams.install()
 
 
 def _enter_namespaces(user_ns: int | None, net_ns: int | None) -> None:
@@ -123,7 +124,7 @@ def _reseed() -> None:
 def _run_python(argv: list[str]) -> int:
     """``argv`` is [python, SCRIPT, ARGS...] or [python, -m, MODULE, ARGS...]."""
     # What exec would give: a task that executes itself again (to join its cluster's network
-    # namespace, ps_toolkit/task/cluster_netns.py) runs this command, not the fork server's.
+    # namespace, ps_toolkit/network/cluster_netns.py) runs this command, not the fork server's.
     sys.orig_argv = list(argv)
     try:
         if argv[1] == "-m":

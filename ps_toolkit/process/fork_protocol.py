@@ -83,7 +83,7 @@ def _clean(value) -> bool:
 _IMPORT_TIME_PREFIXES = ("PYTHON", "TF_", "CUDA_", "OMP_", "MKL_", "OPENBLAS_", "LD_")
 # Read by each task at run time, not at import.
 PER_TASK = ("TF_CONFIG",)
-# Read at start-up, but a forked task makes its own standard streams (task_streams: line-buffered,
+# Read at start-up, but a forked task makes its own standard streams (task.tolerant_streams: line-buffered,
 # written through), so the server's value does not reach it.
 _NOT_INHERITED = ("PYTHONUNBUFFERED",)
 # Compared task by task instead: a task may add folders to the server's (python_path).

@@ -64,7 +64,7 @@ PRELOAD = (
     "absl.app",
     "ps_toolkit.cli",
     "ps_toolkit.task.runner",
-    "ps_toolkit.task.monitored_training",
+    "ps_toolkit.task.roles.trainer",
     "ps_toolkit.models.classifiers",
     "ps_toolkit.training.model_check",
     "ps_toolkit.training.export",

@@ -13,9 +13,10 @@ from collections.abc import Callable
 from ps_toolkit.base import paths
 from ps_toolkit.cluster.config import EVALUATOR, PS, ClusterConfig
 from ps_toolkit.task import server as server_lib
+from ps_toolkit.task.roles import ps as ps_role
 from ps_toolkit.training.config import TrainConfig
-from ps_toolkit.training.hooks import print_result
 from ps_toolkit.training.model_api import ModelDefinition
+from ps_toolkit.training.progress_report import print_result
 
 log = logging.getLogger(__name__)
 
@@ -46,10 +47,10 @@ def run_task(
 
         partitioner = strategies.variable_partitioner(cluster) if config.partition_variables else None
         if cluster.task_type == EVALUATOR:
-            from ps_toolkit.training import evaluation
+            from ps_toolkit.task.roles import evaluator
 
             model_check.check_eval_definition(definition)
-            result = evaluation.evaluate_checkpoints(cluster, config, definition, partitioner)
+            result = evaluator.evaluate_checkpoints(cluster, config, definition, partitioner)
         else:
             if cluster.is_chief and config.export_dir:
                 model_check.check_export_definition(definition, cluster, config)
@@ -61,7 +62,7 @@ def run_task(
 def _serve(cluster: ClusterConfig, ps_orphan_timeout_secs: float) -> dict:
     started = time.monotonic()
     server = server_lib.start_server(cluster)
-    finished = server_lib.serve_until_done(cluster, server, orphan_timeout_secs=ps_orphan_timeout_secs)
+    finished = ps_role.serve_until_done(cluster, server, orphan_timeout_secs=ps_orphan_timeout_secs)
     return {
         "job": cluster.task_type,
         "task": cluster.task_index,
@@ -71,7 +72,8 @@ def _serve(cluster: ClusterConfig, ps_orphan_timeout_secs: float) -> dict:
 
 
 def _train(cluster: ClusterConfig, config: TrainConfig, definition: ModelDefinition, partitioner) -> dict:
-    from ps_toolkit.task import checkpoints, monitored_training
+    from ps_toolkit.task import checkpoints
+    from ps_toolkit.task.roles import trainer
 
     if cluster.is_chief:
         checkpoints.prepare_checkpoint_dir(config.checkpoint_dir)
@@ -84,10 +86,10 @@ def _train(cluster: ClusterConfig, config: TrainConfig, definition: ModelDefinit
             write_run_record(config.checkpoint_dir, cluster, config, definition)
         return servers[0].target
 
-    result = monitored_training.train(cluster, start_server, config, definition, session_config)
+    result = trainer.train(cluster, start_server, config, definition, session_config)
     # Close the chief's summary writers now: nothing must depend on interpreter exit.
     tf_summary_writers_flush()
-    server_lib.signal_done(cluster, servers[0].target)
+    ps_role.signal_done(cluster, servers[0].target)
     if cluster.is_chief and config.export_dir:
         from ps_toolkit.training import export, input_pipeline
 

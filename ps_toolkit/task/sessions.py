@@ -14,7 +14,7 @@ import time
 
 import tensorflow as tf
 
-from ps_toolkit.training.hooks import BEFORE_RESTORE_OPS
+from ps_toolkit.training.sync_hooks import BEFORE_RESTORE_OPS
 
 log = logging.getLogger(__name__)
 _SessionManager = tf.compat.v1.train.SessionManager

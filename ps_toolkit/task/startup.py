@@ -33,7 +33,7 @@ from ps_toolkit.base import tf_internals
 from ps_toolkit.base.errors import ConfigError
 from ps_toolkit.cluster import preflight
 from ps_toolkit.cluster.config import EVALUATOR, ClusterConfig, is_loopback_host, split_address
-from ps_toolkit.task import cluster_netns, open_ports
+from ps_toolkit.network import cluster_netns, open_ports
 
 log = logging.getLogger(__name__)
 EXIT_INTERRUPTED = 130  # what a shell reports for a program ended by SIGINT

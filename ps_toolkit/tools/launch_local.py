@@ -11,7 +11,7 @@ training flags given here. With one, every task runs that command with
 ``--ps_hosts=... --worker_hosts=... --job_name=... --task_index=...`` appended
 and TF_CONFIG set. TensorFlow's servers listen on every interface, unauthenticated,
 so by default (--isolation=auto) the tasks run in a private network namespace
-with only a loopback of its own (see ps_toolkit/task/netns.py); where none can be
+with only a loopback of its own (see ps_toolkit/network/netns.py); where none can be
 made the launcher says so in one warning line and uses this machine's loopback.
 Exit status: 0 when the run succeeded under
 --success_policy (and no task failed for good, and training happened: ps_toolkit/launch/verdict.py);
@@ -35,8 +35,8 @@ from ps_toolkit.launch import charts, launcher, task_plan
 from ps_toolkit.launch.drills import parse_kill
 from ps_toolkit.launch.policy import RESTART_POLICIES, SUCCESS_POLICIES, Policy
 from ps_toolkit.launch.task_plan import Topology, default_command, hosts_from_flags
+from ps_toolkit.network import netns, open_ports
 from ps_toolkit.process import fork_client
-from ps_toolkit.task import netns, open_ports
 
 _NUM_PS = flags.DEFINE_integer("num_ps", 1, "Parameter server tasks.")
 _NUM_WORKERS = flags.DEFINE_integer("num_workers", 2, "Worker tasks.")

@@ -30,9 +30,9 @@ def _fail(message: str) -> None:
 
 def run(argv: list[str]) -> None:
     """Runs ``argv[1]`` as ``__main__`` with the rest of ``argv`` as its arguments, the legacy layer installed."""
-    from ps_toolkit.process import task_streams
+    from ps_toolkit.task import tolerant_streams
 
-    task_streams.install()  # a full log disk drops output instead of ending the script
+    tolerant_streams.install()  # a full log disk drops output instead of ending the script
     if len(argv) == 2 and argv[1] in ("--help", "-h", "--helpfull"):
         sys.stdout.write(__doc__.strip() + "\n\nrun_legacy.py has no flags of its own; the script's follow it.\n")
         sys.exit(0)

@@ -19,8 +19,7 @@ from ps_toolkit import cli
 from ps_toolkit.base import environment_errors, flag_ranges, paths, tf_import
 from ps_toolkit.cluster import preflight
 from ps_toolkit.cluster.config import ClusterConfig
-from ps_toolkit.process import task_streams
-from ps_toolkit.task import startup
+from ps_toolkit.task import startup, tolerant_streams
 from ps_toolkit.training.config import TrainConfig
 
 tf_import.prefer_lean_import()
@@ -54,7 +53,7 @@ def run(cluster: ClusterConfig, config: TrainConfig) -> None:
 
 
 def _main(argv):
-    task_streams.install()  # a full log disk drops output instead of ending the task
+    tolerant_streams.install()  # a full log disk drops output instead of ending the task
     if len(argv) > 1:
         cli.fail(f"unexpected arguments {' '.join(argv[1:])!r}; flags look like --name=value")
     with cli.user_errors():

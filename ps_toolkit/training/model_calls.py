@@ -16,7 +16,7 @@ import traceback
 import tensorflow as tf
 
 from ps_toolkit.base.errors import ConfigError, ToolkitError
-from ps_toolkit.base.task_lines import LOG_ONLY_PREFIX
+from ps_toolkit.base.progress_lines import LOG_ONLY_PREFIX
 from ps_toolkit.training.model_api import InputContext, ModeKeys, ModelDefinition, ModelSpec
 
 MODEL_SCOPE = "model"

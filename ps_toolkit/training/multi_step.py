@@ -214,3 +214,23 @@ def _check_every_variable_has_a_gradient(grads_and_vars, accumulators: dict, spa
     starved = sorted(set(accumulators) - fed)
     if starved:
         raise ValueError(f"sync training needs a gradient for every variable passed; none for {', '.join(starved)}")
+
+
+class StopAtLastStepHook(tf.compat.v1.train.SessionRunHook):
+    """Stops once the global step read after a run's in-graph loop reaches ``last_step``.
+
+    TensorFlow's StopAtStepHook judges by the step read as the run starts, so
+    with 20 steps per run it asks for one run too many (which finds training
+    over and takes no step, or overshoots the last step).
+    """
+
+    def __init__(self, step_after_run, last_step: int):
+        self._step_after_run = step_after_run
+        self._last_step = last_step
+
+    def before_run(self, run_context):
+        return tf.compat.v1.train.SessionRunArgs(self._step_after_run)
+
+    def after_run(self, run_context, run_values):
+        if run_values.results >= self._last_step:
+            run_context.request_stop()

@@ -31,10 +31,10 @@ from ps_toolkit.cluster.config import ClusterConfig
 from ps_toolkit.placement import near_weights, strategies
 from ps_toolkit.training import multi_step, optimizers, packed_transfer, sparse_lookup
 from ps_toolkit.training.config import TrainConfig
-from ps_toolkit.training.hooks import SyncReleaseHook, SyncReplicasHook
 from ps_toolkit.training.input_pipeline import train_batches
 from ps_toolkit.training.model_api import ModeKeys, ModelDefinition
 from ps_toolkit.training.model_calls import call_model_fn
+from ps_toolkit.training.sync_hooks import SyncReleaseHook, SyncReplicasHook
 from ps_toolkit.training.sync_replicas import PerReplicaSyncOptimizer
 
 log = logging.getLogger(__name__)

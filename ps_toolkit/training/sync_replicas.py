@@ -32,7 +32,7 @@ name, so a restarted replica finds it again):
   and so does a replica woken with no update since its push. The chief
   forgets the records before it initializes or restores the model;
 - the chief wakes replicas blocked on their queues with ``WAKE_TOKEN``
-  (``ps_toolkit.training.hooks.SyncReplicasHook``): when a ps other than the queues'
+  (``ps_toolkit.training.sync_hooks.SyncReplicasHook``): when a ps other than the queues'
   restarts, nothing else would.
 
 So with ``replicas_to_aggregate`` equal to the number of replicas, every step
@@ -43,15 +43,15 @@ there are (several gradients per replica per step) is refused.
 
 Accumulators, staleness checks, the chief's update and its init ops are
 TensorFlow's own, built as ``SyncReplicasOptimizer.apply_gradients`` builds
-them; ``ps_toolkit.training.hooks.SyncReplicasHook`` drives it like TensorFlow's class.
+them; ``ps_toolkit.training.sync_hooks.SyncReplicasHook`` drives it like TensorFlow's class.
 """
 
 from __future__ import annotations
 
 import tensorflow as tf
 
-from ps_toolkit.training.hooks import BEFORE_RESTORE_OPS, release_tokens_op
 from ps_toolkit.training.multi_step import tf1_control_flow
+from ps_toolkit.training.sync_hooks import BEFORE_RESTORE_OPS, release_tokens_op
 
 # A token no update puts: the chief sends it to wake replicas blocked on their queues.
 WAKE_TOKEN = -1

@@ -12,7 +12,7 @@ import time
 import tensorflow as tf
 
 from ps_toolkit.base.errors import ConfigError
-from ps_toolkit.task.step_bound import StepBound
+from ps_toolkit.network.step_bound import StepBound
 
 
 class StepGuardHook(tf.compat.v1.train.SessionRunHook):

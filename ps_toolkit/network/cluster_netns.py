@@ -39,7 +39,7 @@ import subprocess
 import sys
 
 from ps_toolkit.base import paths
-from ps_toolkit.task.netns import PRIVATE_NETWORK_ENV
+from ps_toolkit.network.netns import PRIVATE_NETWORK_ENV
 
 # Set in a process re-executed to join: the fd of its connection to the keeper.
 MEMBER_FD_ENV = "PS_TOOLKIT_NETNS_MEMBER_FD"
@@ -97,8 +97,8 @@ def join_by_reexec(key: str) -> None:
 
 
 def _python_c(module: str, call: str, *args: str) -> list[str]:
-    """``python -c`` calling ``call`` of ps_toolkit.task's ``module``, found where this process found it."""
-    code = f"import sys; sys.path.insert(0, {paths.PACKAGE_PARENT!r}); from ps_toolkit.task import {module}; "
+    """``python -c`` calling ``call`` of ps_toolkit.network's ``module``, found where this process found it."""
+    code = f"import sys; sys.path.insert(0, {paths.PACKAGE_PARENT!r}); from ps_toolkit.network import {module}; "
     return [sys.executable, "-c", code + f"{module}.{call}", *args]
 
 

@@ -21,7 +21,7 @@ import socket
 import sys
 
 from ps_toolkit.base import paths
-from ps_toolkit.task import netns
+from ps_toolkit.network import netns
 
 # A keeper nobody joined (its starter died before connecting) goes away after this.
 _FIRST_MEMBER_SECS = 60.0

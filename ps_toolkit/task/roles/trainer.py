@@ -18,14 +18,16 @@ import tensorflow as tf
 from ps_toolkit import dynamic_embedding
 from ps_toolkit.base.errors import ConfigError
 from ps_toolkit.cluster.config import ClusterConfig
-from ps_toolkit.task import checkpoints, step_guard
+from ps_toolkit.network import step_guard
+from ps_toolkit.task import checkpoints
 from ps_toolkit.task.sessions import FastWorkerSessionCreator, LiveStateChiefSessionCreator
 from ps_toolkit.task.watchdog import ProgressWatchdog
 from ps_toolkit.training import multi_step, replica_graph
 from ps_toolkit.training.config import TrainConfig
 from ps_toolkit.training.evaluation import FinalEvaluationHook, write_summary
-from ps_toolkit.training.hooks import ProgressHook, StopAtLastStepHook
 from ps_toolkit.training.model_api import ModelDefinition
+from ps_toolkit.training.multi_step import StopAtLastStepHook
+from ps_toolkit.training.progress_report import ProgressHook
 from ps_toolkit.training.replica_graph import TrainGraph
 
 log = logging.getLogger(__name__)

@@ -7,7 +7,7 @@ of its log. ``install()`` replaces ``sys.stdout`` and ``sys.stderr`` with
 streams on the same descriptors that drop such writes instead; every other
 error still raises. The launcher warns about the full folder, once.
 
-    task_streams.install()   # in the task, before it prints anything
+    tolerant_streams.install()   # in the task, before it prints anything
 """
 
 from __future__ import annotations
