@@ -24,9 +24,9 @@ import functools
 import json
 import os
 
-from ps_toolkit.base import tf_internals
 from ps_toolkit.base.errors import ConfigError
 from ps_toolkit.cluster.config import EVALUATOR
+from ps_toolkit_compat import tf_internals
 
 TF_CONFIG = "TF_CONFIG"
 # The RunConfig attribute that keeps the TF_CONFIG it was built from (the role patches read it there).

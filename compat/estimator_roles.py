@@ -37,13 +37,17 @@ from ps_toolkit_compat import estimator_support
 
 estimator_support.load()  # the package imports only once TensorFlow's dropped internals are supplied
 
-from ps_toolkit.base import tf_internals  # noqa: E402
 from ps_toolkit.base.errors import ConfigError  # noqa: E402
 from ps_toolkit.cluster.config import CHIEF, JOB_ALIASES, ClusterConfig  # noqa: E402
 from ps_toolkit.cluster.preflight import check_host_resolves, check_port_free  # noqa: E402
 from ps_toolkit.task import startup  # noqa: E402
 from ps_toolkit.task.server import serve_until_done, signal_done  # noqa: E402
-from ps_toolkit_compat import estimator_inputs, supervision, task_context  # noqa: E402
+from ps_toolkit_compat import (  # noqa: E402
+    estimator_inputs,
+    supervision,
+    task_context,
+    tf_internals,  # noqa: E402
+)
 from ps_toolkit_compat.evaluator_watch import (  # noqa: E402
     CheckpointWatch,
     EvaluatorClock,
