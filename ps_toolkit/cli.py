@@ -19,7 +19,8 @@ from ps_toolkit.base.errors import EXIT_CONFIG, ConfigError, ToolkitError
 from ps_toolkit.cluster import config as cluster_lib
 from ps_toolkit.cluster import slurm
 from ps_toolkit.models.names import MODEL_NAMES
-from ps_toolkit.placement.choices import NEAR_WEIGHTS_MODES, PLACEMENT_STRATEGIES
+from ps_toolkit.placement.choices import NEAR_WEIGHTS_MODES
+from ps_toolkit.placement.registry import BUILT_IN_STRATEGIES
 from ps_toolkit.training import user_code
 from ps_toolkit.training.config import TrainConfig
 from ps_toolkit.training.model_api import ModelDefinition
@@ -69,7 +70,12 @@ def define_training_flags() -> None:
     flags.DEFINE_integer("save_checkpoint_steps", 100, "Chief saves a checkpoint every N global steps.")
     flags.DEFINE_float("save_checkpoint_secs", None, "Save every N seconds instead of every N steps.")
     flags.DEFINE_integer("save_summaries_steps", 100, "Chief writes summaries every N steps.")
-    flags.DEFINE_enum("placement", "round_robin", list(PLACEMENT_STRATEGIES), "How variables go to ps tasks.")
+    flags.DEFINE_string(
+        "placement",
+        "round_robin",
+        f"How variables go to ps tasks: {', '.join(BUILT_IN_STRATEGIES)}, a strategy registered with "
+        "ps_toolkit.placement.registry.register_strategy, or MODULE:FUNCTION, a strategy function (num_ps, seed).",
+    )
     flags.DEFINE_boolean("partition_variables", False, "Split large variables along axis 0 across ps tasks.")
     flags.DEFINE_integer("seed", 0, "Base seed; each replica shuffles with its own derived seed.")
     flags.DEFINE_integer("steps_per_run", 20, "Training steps per session.run (in-graph loop), async or sync.")
