@@ -22,10 +22,10 @@ from __future__ import annotations
 
 import functools
 import json
-import os
 
 from ps_toolkit.base.errors import ConfigError
 from ps_toolkit.cluster.config import EVALUATOR
+from ps_toolkit.cluster.tf_config import read_tf_config
 from ps_toolkit_compat import tf_internals
 
 TF_CONFIG = "TF_CONFIG"
@@ -44,15 +44,7 @@ class EstimatorValueError(ConfigError, ValueError):
 
 def check_tf_config() -> None:
     """Raises EstimatorValueError for a TF_CONFIG that is not JSON, as the estimator's json.loads did."""
-    text = os.environ.get(TF_CONFIG)
-    if not text:
-        return
-    try:
-        payload = json.loads(text)
-    except ValueError as err:
-        raise EstimatorValueError(f"{TF_CONFIG} is not valid JSON ({err.args[0]}): {_clip(text)}") from None
-    if not isinstance(payload, dict):
-        raise EstimatorValueError(f"{TF_CONFIG} must be a JSON object, got {_clip(text)}")
+    read_tf_config(error=EstimatorValueError)
 
 
 def _training_cluster(tf_config: dict) -> dict:

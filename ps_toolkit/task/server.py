@@ -20,7 +20,7 @@ import time
 
 import tensorflow as tf
 
-from ps_toolkit.base.errors import OrphanedError, PortInUseError
+from ps_toolkit.base.errors import PS_ORPHAN_TIMEOUT_SECS, OrphanedError, PortInUseError
 from ps_toolkit.cluster.config import PS, ClusterConfig, is_loopback_host, split_address
 from ps_toolkit.cluster.preflight import check_host_resolves, check_port_free, connect, reachable
 from ps_toolkit.task import open_ports
@@ -185,7 +185,7 @@ def serve_until_done(
     cluster: ClusterConfig,
     server,
     *,
-    orphan_timeout_secs: float = 300.0,
+    orphan_timeout_secs: float = PS_ORPHAN_TIMEOUT_SECS,
     poll_secs: float = 0.5,
 ) -> list[int]:
     """Serves as a ps until every replica signalled done and has exited; returns them in order.
