@@ -186,7 +186,7 @@ def cluster_from_flags(environ: Mapping[str, str] | None = None) -> cluster_lib.
         )
     if ":" in name:  # a user's source function, by MODULE:FUNCTION
         sources.register_source(name, user_code.load(name, "cluster_from"))
-    sources.check_source_name(name)
+    sources.SOURCES.check(name)
     names = ("ps_hosts", "worker_hosts", "chief_hosts", "evaluator_hosts", "job_name", "task_index", "cluster_file")
     given = [f"--{flag}" for flag in names if FLAGS[flag].value is not None]
     given += [TF_CONFIG_ENV] * bool(tf_config and name != "tf_config")

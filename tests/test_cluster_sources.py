@@ -29,7 +29,7 @@ def from_my_scheduler(environ, options):
 def registered():
     sources.register_source("my_scheduler", from_my_scheduler)
     yield "my_scheduler"
-    sources.unregister_source("my_scheduler")
+    sources.SOURCES.unregister("my_scheduler")
 
 
 @pytest.fixture
@@ -50,7 +50,7 @@ def test_a_users_source_registered_with_one_call_gives_the_cluster(registered):
     cluster = sources.cluster_from_source(registered, SCHEDULER_ENV)
     assert (cluster.task_type, cluster.task_index) == ("worker", 1)
     assert cluster.jobs == {"ps": ("h0:7000",), "worker": ("h1:7000", "h2:7000")}
-    assert sources.source_names() == ("slurm", "tf_config", "my_scheduler")
+    assert sources.SOURCES.names() == ("slurm", "tf_config", "my_scheduler")
 
 
 def test_the_task_flags_pick_a_users_source_by_name(registered, task_flags, monkeypatch):
@@ -73,7 +73,7 @@ def test_the_task_flags_take_a_users_source_by_module_and_function(task_flags, t
     try:
         assert cli.cluster_from_flags({"ADDR": "localhost:7100"}).jobs == {"worker": ("localhost:7100",)}
     finally:
-        sources.unregister_source("my_sources:one_worker")
+        sources.SOURCES.unregister("my_sources:one_worker")
 
 
 def test_an_unknown_source_is_one_line_listing_the_registered_ones(registered, task_flags):
@@ -109,7 +109,7 @@ def test_a_source_that_returns_no_cluster_is_named(registered):
         with pytest.raises(TypeError, match="cluster source 'broken' returned dict, not a ClusterConfig"):
             sources.cluster_from_source("broken", {})
     finally:
-        sources.unregister_source("broken")
+        sources.SOURCES.unregister("broken")
 
 
 @pytest.mark.parametrize(
@@ -119,7 +119,7 @@ def test_a_source_that_returns_no_cluster_is_named(registered):
 def test_a_bad_registration_is_refused(name, source, words):
     with pytest.raises(ValueError, match=words):
         sources.register_source(name, source)
-    assert sources.source_names() == sources.BUILT_IN_SOURCES
+    assert sources.SOURCES.names() == sources.BUILT_IN_SOURCES
 
 
 NOT_JSON = (

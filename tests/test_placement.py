@@ -280,7 +280,7 @@ def by_name_length(num_ps, seed):
 def registered():
     registry.register_strategy("by_name_length", by_name_length)
     yield "by_name_length"
-    registry.unregister_strategy("by_name_length")
+    registry.STRATEGIES.unregister("by_name_length")
 
 
 def test_a_users_registered_strategy_places_the_variables(registered):
@@ -290,7 +290,7 @@ def test_a_users_registered_strategy_places_the_variables(registered):
     assert devices(variables) == [ps(0)] * 4
     graph, variables, _ = build(device_setter(cluster, registered, seed=0), [3])
     assert devices(variables) == [ps(2)]
-    assert registered in registry.strategy_names()
+    assert registered in registry.STRATEGIES.names()
 
 
 def test_a_strategy_function_is_taken_as_it_is_without_a_name():
@@ -305,7 +305,8 @@ def test_a_users_strategy_by_name_passes_the_configs_check(registered):
     with pytest.raises(ConfigError) as caught:
         TrainConfig(placement="least_loaded", checkpoint_dir="/tmp/x").validate(make_cluster(num_ps=2))
     assert str(caught.value) == (
-        "unknown placement 'least_loaded' (from --placement); registered: round_robin, greedy, random, by_name_length"
+        "unknown placement strategy 'least_loaded' (from --placement); "
+        "registered: round_robin, greedy, random, by_name_length"
     )
 
 
@@ -331,4 +332,4 @@ def test_a_users_strategy_by_module_and_function_is_loaded_where_the_graph_is_bu
 def test_a_bad_registration_is_refused_in_one_line(name, strategy, words):
     with pytest.raises(ValueError, match=words):
         registry.register_strategy(name, strategy)
-    assert registry.strategy_names() == BUILT_IN_STRATEGIES
+    assert registry.STRATEGIES.names() == BUILT_IN_STRATEGIES

@@ -21,6 +21,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 
 from ps_toolkit.base.errors import ConfigError
+from ps_toolkit.base.registry import Registry
 from ps_toolkit.cluster import slurm
 from ps_toolkit.cluster.config import ClusterConfig
 from ps_toolkit.cluster.tf_config import TF_CONFIG_ENV, tf_config_text
@@ -46,8 +47,10 @@ def _from_tf_config(environ: Mapping[str, str], options: Mapping[str, object]) -
     return ClusterConfig.from_tf_config(text)
 
 
-_SOURCES: dict[str, ClusterSource] = {"slurm": _from_slurm, "tf_config": _from_tf_config}
-BUILT_IN_SOURCES = tuple(_SOURCES)
+SOURCES = Registry(
+    "cluster source", "--cluster_from", "(environ, options)", {"slurm": _from_slurm, "tf_config": _from_tf_config}
+)
+BUILT_IN_SOURCES = SOURCES.built_in
 
 
 def register_source(name: str, source: ClusterSource) -> None:
@@ -60,30 +63,7 @@ def register_source(name: str, source: ClusterSource) -> None:
     Raises:
         ValueError: ``name`` is empty or a built-in source's, or ``source`` is not callable.
     """
-    if not name or not isinstance(name, str):
-        raise ValueError(f"a cluster source needs a name, not {name!r}")
-    if name in BUILT_IN_SOURCES:
-        raise ValueError(f"cluster source {name!r} is built in; register yours under another name")
-    if not callable(source):
-        raise ValueError(f"cluster source {name!r} must be a function (environ, options), not {source!r}")
-    _SOURCES[name] = source
-
-
-def unregister_source(name: str) -> None:
-    """Removes a source registered with register_source; a built-in one stays."""
-    if name not in BUILT_IN_SOURCES:
-        _SOURCES.pop(name, None)
-
-
-def source_names() -> tuple[str, ...]:
-    """The registered sources' names: the built-in ones first, then the user's in the order registered."""
-    return tuple(_SOURCES)
-
-
-def check_source_name(name: str, given_by: str = "--cluster_from") -> None:
-    """Raises ConfigError (one line, naming ``given_by`` and every registered source) for an unknown ``name``."""
-    if name not in _SOURCES:
-        raise ConfigError(f"unknown cluster source {name!r} (from {given_by}); registered: {', '.join(_SOURCES)}")
+    SOURCES.register(name, source)
 
 
 def cluster_from_source(
@@ -95,8 +75,7 @@ def cluster_from_source(
         ConfigError: ``name`` is not registered, or the source found no usable cluster.
         TypeError: the source returned something other than a ClusterConfig.
     """
-    check_source_name(name)
-    cluster = _SOURCES[name](environ, dict(options or {}))
+    cluster = SOURCES.get(name)(environ, dict(options or {}))
     if not isinstance(cluster, ClusterConfig):
         raise TypeError(f"cluster source {name!r} returned {type(cluster).__name__}, not a ClusterConfig")
     return cluster

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from ps_toolkit.base.errors import ConfigError
+from ps_toolkit.base.registry import Registry
 
 PlacementStrategy = Callable[[int, int], Callable | None]
 DEFAULT_STRATEGY = "round_robin"
@@ -48,8 +48,9 @@ def _random(num_ps: int, seed: int) -> Callable:
     return strategies.RandomStrategy(num_ps, seed)
 
 
-_STRATEGIES: dict[str, PlacementStrategy] = {"round_robin": _round_robin, "greedy": _greedy, "random": _random}
-BUILT_IN_STRATEGIES = tuple(_STRATEGIES)
+_BUILT_IN = {"round_robin": _round_robin, "greedy": _greedy, "random": _random}
+STRATEGIES = Registry("placement strategy", "--placement", "(num_ps, seed)", _BUILT_IN)
+BUILT_IN_STRATEGIES = STRATEGIES.built_in
 
 
 def register_strategy(name: str, strategy: PlacementStrategy) -> None:
@@ -62,37 +63,4 @@ def register_strategy(name: str, strategy: PlacementStrategy) -> None:
     Raises:
         ValueError: ``name`` is empty or a built-in strategy's, or ``strategy`` is not callable.
     """
-    if not name or not isinstance(name, str):
-        raise ValueError(f"a placement strategy needs a name, not {name!r}")
-    if name in BUILT_IN_STRATEGIES:
-        raise ValueError(f"placement strategy {name!r} is built in; register yours under another name")
-    if not callable(strategy):
-        raise ValueError(f"placement strategy {name!r} must be a function (num_ps, seed), not {strategy!r}")
-    _STRATEGIES[name] = strategy
-
-
-def unregister_strategy(name: str) -> None:
-    """Removes a strategy registered with register_strategy; a built-in one stays."""
-    if name not in BUILT_IN_STRATEGIES:
-        _STRATEGIES.pop(name, None)
-
-
-def strategy_names() -> tuple[str, ...]:
-    """The registered strategies' names: the built-in ones first, then the user's in the order registered."""
-    return tuple(_STRATEGIES)
-
-
-def check_strategy_name(name: str, source: str = "--placement") -> None:
-    """Raises ConfigError (one line, naming ``source`` and every registered name) when ``name`` is not registered."""
-    if name not in _STRATEGIES:
-        raise ConfigError(f"unknown placement {name!r} (from {source}); registered: {', '.join(_STRATEGIES)}")
-
-
-def strategy(name: str, source: str = "--placement") -> PlacementStrategy:
-    """The strategy registered as ``name``.
-
-    Raises:
-        ConfigError: ``name`` is not registered (see check_strategy_name).
-    """
-    check_strategy_name(name, source)
-    return _STRATEGIES[name]
+    STRATEGIES.register(name, strategy)

@@ -25,7 +25,7 @@ def device_setter(cluster: ClusterConfig, strategy: str | registry.PlacementStra
     Args:
         cluster: The cluster and this task's place in it.
         strategy: How variables are spread over ps tasks: the name of a registered strategy
-            (``registry.strategy_names()``), or a strategy function ``(num_ps, seed)`` itself.
+            (``registry.STRATEGIES.names()``), or a strategy function ``(num_ps, seed)`` itself.
         seed: Seed of the "random" strategy (and the second argument of every strategy);
             every worker must pass the same one.
 
@@ -35,7 +35,7 @@ def device_setter(cluster: ClusterConfig, strategy: str | registry.PlacementStra
     Raises:
         ConfigError: ``strategy`` is a name no strategy is registered under.
     """
-    make = registry.strategy(strategy, "the placement strategy") if isinstance(strategy, str) else strategy
+    make = registry.STRATEGIES.get(strategy, "the placement strategy") if isinstance(strategy, str) else strategy
     if cluster.num_ps == 0:
         # replica_device_setter returns None here, and tf.device(None) would
         # clear outer device scopes instead of pinning ops to this task.

@@ -133,7 +133,7 @@ class TrainConfig:
         if ":" in self.placement:  # a user's strategy function, imported by the task that builds the graph
             user_code.locate(self.placement, "placement")
         else:
-            placement_registry.check_strategy_name(self.placement)
+            placement_registry.STRATEGIES.check(self.placement)
         if cluster.num_replicas + cluster.num_ps > 1 and not self.checkpoint_dir:
             raise ConfigError(
                 "multi-task training needs --checkpoint_dir: without one, a ps or chief "
