@@ -22,13 +22,14 @@ from __future__ import annotations
 
 import functools
 import json
+import os
 
 from ps_toolkit.base.errors import ConfigError
 from ps_toolkit.cluster.config import EVALUATOR
-from ps_toolkit.cluster.tf_config import read_tf_config
+from ps_toolkit.cluster.tf_config import TF_CONFIG_ENV, parse_tf_config
 from ps_toolkit_compat import tf_internals
 
-TF_CONFIG = "TF_CONFIG"
+TF_CONFIG = TF_CONFIG_ENV
 # The RunConfig attribute that keeps the TF_CONFIG it was built from (the role patches read it there).
 TF_CONFIG_READ = "_ps_toolkit_tf_config"
 
@@ -44,7 +45,9 @@ class EstimatorValueError(ConfigError, ValueError):
 
 def check_tf_config() -> None:
     """Raises EstimatorValueError for a TF_CONFIG that is not JSON, as the estimator's json.loads did."""
-    read_tf_config(error=EstimatorValueError)
+    text = os.environ.get(TF_CONFIG)
+    if text:  # a blank one too: the estimator's json.loads refuses it
+        parse_tf_config(text, TF_CONFIG, EstimatorValueError)
 
 
 def _training_cluster(tf_config: dict) -> dict:
