@@ -22,7 +22,7 @@ setup(
             "ps-launch-local = ps_toolkit.tools.launch_local:main",
             "ps-launch-ray = ps_toolkit.tools.launch_ray:main",
             "ps-launch-spark = ps_toolkit.tools.launch_spark:main",
-            "ps-run-legacy = ps_toolkit.tools.run_legacy:main",
+            "ps-run-legacy = ps_toolkit_compat.run_legacy:main",
             "ps-make-slurm-job = ps_toolkit.tools.make_slurm_job:main",
             "ps-make-tfjob = ps_toolkit.tools.make_tfjob:main",
         ]

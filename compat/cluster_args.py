@@ -24,7 +24,7 @@ from gettext import gettext
 
 from absl import flags
 
-from ps_toolkit.launch.task_plan import CLUSTER_ARGS_ENV
+from ps_toolkit.base.progress_lines import CLUSTER_ARGS_ENV
 
 _installed: frozenset[str] | None = None
 

@@ -11,8 +11,7 @@ from __future__ import annotations
 
 import tensorflow as tf
 
-from ps_toolkit.base import tf_internals
-from ps_toolkit_compat import mnist_input_data
+from ps_toolkit_compat import mnist_input_data, tf_internals
 
 _v1 = tf.compat.v1
 

@@ -24,11 +24,12 @@ import functools
 import json
 import os
 
-from ps_toolkit.base import tf_internals
 from ps_toolkit.base.errors import ConfigError
 from ps_toolkit.cluster.config import EVALUATOR
+from ps_toolkit.cluster.tf_config import TF_CONFIG_ENV, parse_tf_config
+from ps_toolkit_compat import tf_internals
 
-TF_CONFIG = "TF_CONFIG"
+TF_CONFIG = TF_CONFIG_ENV
 # The RunConfig attribute that keeps the TF_CONFIG it was built from (the role patches read it there).
 TF_CONFIG_READ = "_ps_toolkit_tf_config"
 
@@ -45,14 +46,8 @@ class EstimatorValueError(ConfigError, ValueError):
 def check_tf_config() -> None:
     """Raises EstimatorValueError for a TF_CONFIG that is not JSON, as the estimator's json.loads did."""
     text = os.environ.get(TF_CONFIG)
-    if not text:
-        return
-    try:
-        payload = json.loads(text)
-    except ValueError as err:
-        raise EstimatorValueError(f"{TF_CONFIG} is not valid JSON ({err.args[0]}): {_clip(text)}") from None
-    if not isinstance(payload, dict):
-        raise EstimatorValueError(f"{TF_CONFIG} must be a JSON object, got {_clip(text)}")
+    if text:  # a blank one too: the estimator's json.loads refuses it
+        parse_tf_config(text, TF_CONFIG, EstimatorValueError)
 
 
 def _training_cluster(tf_config: dict) -> dict:

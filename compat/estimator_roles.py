@@ -26,7 +26,6 @@ train_and_evaluate runs on each task):
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 import types
@@ -37,13 +36,13 @@ from ps_toolkit_compat import estimator_support
 
 estimator_support.load()  # the package imports only once TensorFlow's dropped internals are supplied
 
-from ps_toolkit.base import tf_internals  # noqa: E402
-from ps_toolkit.base.errors import ConfigError  # noqa: E402
+from ps_toolkit.base.errors import PS_ORPHAN_TIMEOUT_SECS, ConfigError  # noqa: E402
 from ps_toolkit.cluster.config import CHIEF, JOB_ALIASES, ClusterConfig  # noqa: E402
 from ps_toolkit.cluster.preflight import check_host_resolves, check_port_free  # noqa: E402
+from ps_toolkit.cluster.tf_config import read_tf_config  # noqa: E402
 from ps_toolkit.task import startup  # noqa: E402
 from ps_toolkit.task.roles.ps import serve_until_done, signal_done  # noqa: E402
-from ps_toolkit_compat import estimator_inputs, supervision, task_context  # noqa: E402
+from ps_toolkit_compat import estimator_inputs, supervision, task_context, tf_internals  # noqa: E402
 from ps_toolkit_compat.evaluator_watch import (  # noqa: E402
     CheckpointWatch,
     EvaluatorClock,
@@ -56,7 +55,6 @@ log = logging.getLogger(__name__)
 
 WORKER_DELAY_SECS = 1
 MAX_WORKER_DELAY_SECS = 5
-PS_ORPHAN_SECS = 300.0
 _CLOCK = EvaluatorClock()
 # Captured before a test (or a script) replaces the class: only a real server has done queues to serve.
 _SERVER_CLASS = tf.distribute.Server
@@ -102,7 +100,7 @@ def _chief_address(config) -> str | None:
     keeps no training cluster), else from the environment."""
     tf_config = getattr(config, estimator_inputs.TF_CONFIG_READ, None)
     if tf_config is None:
-        tf_config = json.loads(os.environ.get("TF_CONFIG") or "{}")
+        tf_config = read_tf_config(error=estimator_inputs.EstimatorValueError) or {}
     cluster = tf_config.get("cluster") if isinstance(tf_config, dict) else None
     for job in (CHIEF, "master"):
         if isinstance(cluster, dict) and isinstance(cluster.get(job), list) and cluster[job]:
@@ -152,7 +150,7 @@ class TrainingExecutor(tf_internals.training_executor_base()):
             # Nothing to count the replicas by (or a server that is not TensorFlow's): the estimator's join().
             server.join()
             return
-        order = serve_until_done(cluster, server, orphan_timeout_secs=PS_ORPHAN_SECS)
+        order = serve_until_done(cluster, server, orphan_timeout_secs=PS_ORPHAN_TIMEOUT_SECS)
         log.info("%s: every replica is done (%s); exiting", cluster.device, order)
         raise SystemExit(0)
 

@@ -26,8 +26,8 @@ import importlib.util
 import sys
 import types
 
-from ps_toolkit.base import tf_internals
 from ps_toolkit.base.errors import ConfigError
+from ps_toolkit_compat import tf_internals
 
 PACKAGE = "tensorflow_estimator"
 PINNED_VERSION = "2.15.0"

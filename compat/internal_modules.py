@@ -19,7 +19,7 @@ import types
 
 import tensorflow as tf
 
-from ps_toolkit.base import tf_internals
+from ps_toolkit_compat import tf_internals
 
 
 class PrivateThreadPool:

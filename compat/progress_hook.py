@@ -19,8 +19,7 @@ import time
 
 import tensorflow as tf
 
-from ps_toolkit.base.progress_lines import PROGRESS_PREFIX
-from ps_toolkit.launch.task_plan import CLUSTER_ARGS_ENV
+from ps_toolkit.base.progress_lines import CLUSTER_ARGS_ENV, PROGRESS_PREFIX
 
 INTERVAL_SECS = 2.0
 _v1 = tf.compat.v1

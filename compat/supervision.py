@@ -24,10 +24,9 @@ import weakref
 
 import tensorflow as tf
 
-from ps_toolkit.base import tf_internals
 from ps_toolkit.task.sessions import FastWorkerSessionCreator
 from ps_toolkit.training.sync_hooks import SyncReleaseHook, release_tokens_op
-from ps_toolkit_compat import progress_hook
+from ps_toolkit_compat import progress_hook, tf_internals
 from ps_toolkit_compat.task_context import filled_config
 
 _v1 = tf.compat.v1

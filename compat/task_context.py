@@ -12,12 +12,12 @@ toolkit's own tasks (ps_toolkit.task.server.session_config).
 
 from __future__ import annotations
 
-import os
 import sys
 
 import tensorflow as tf
 
 from ps_toolkit.base.errors import ConfigError
+from ps_toolkit.cluster.tf_config import tf_config_text
 from ps_toolkit.task.server import tasks_on_host
 
 _v1 = tf.compat.v1
@@ -123,7 +123,7 @@ class Server(_v1.train.Server):
 def say_how_a_ps_ends(job: str, index: int) -> None:
     """What a ps started by hand says when it ``join()``s: it serves until stopped, as in TF 1.x."""
     # The launchers (launch_local.py, Kubeflow) set TF_CONFIG and stop the ps themselves.
-    if job == PS_JOB and not os.environ.get("TF_CONFIG"):
+    if job == PS_JOB and tf_config_text() is None:
         sys.stderr.write(
             f"/job:ps/task:{index} serves until it is stopped: server.join() never returns, as in TF 1.x. "
             "Stop it (Ctrl-C) once the workers are done, or start the cluster with scripts/launch_local.py, "

@@ -19,12 +19,13 @@ Example (every task runs this, with its own TF_CONFIG):
 
 from __future__ import annotations
 
-import os
 import tempfile
 from collections.abc import Callable, Mapping
 
+from ps_toolkit.base.errors import PS_ORPHAN_TIMEOUT_SECS
 from ps_toolkit.cluster import config as cluster_lib
 from ps_toolkit.cluster.config import ClusterConfig
+from ps_toolkit.cluster.tf_config import tf_config_text
 from ps_toolkit.training.config import TrainConfig
 from ps_toolkit.training.model_api import ModelDefinition, function_name
 
@@ -37,7 +38,7 @@ def train(
     params: Mapping | None = None,
     eval_input_fn: Callable | None = None,
     *,
-    ps_orphan_timeout_secs: float = 300.0,
+    ps_orphan_timeout_secs: float = PS_ORPHAN_TIMEOUT_SECS,
     allow_open_ports: bool = False,
 ) -> dict:
     """Runs this task's role to its end and returns its result record (also printed as the last stdout line).
@@ -52,7 +53,7 @@ def train(
         ConfigError: a setting that does not fit the cluster, or a model that does not keep the contract.
     """
     config = config or TrainConfig()
-    alone = cluster is None and not os.environ.get("TF_CONFIG", "").strip()
+    alone = cluster is None and tf_config_text() is None
     cluster = cluster or _cluster_from_environment()
     if config.checkpoint_dir is None and cluster.num_replicas + cluster.num_ps == 1:
         config = _with_scratch_checkpoint_dir(config)
@@ -74,8 +75,8 @@ def train(
 
 def _cluster_from_environment() -> ClusterConfig:
     """TF_CONFIG's cluster, or a one-worker cluster on a free loopback port."""
-    tf_config = os.environ.get("TF_CONFIG", "")
-    if tf_config.strip():
+    tf_config = tf_config_text()
+    if tf_config is not None:
         return cluster_lib.resolve(tf_config=tf_config)
     from ps_toolkit.launch.ports import reserve_ports
 

@@ -11,15 +11,17 @@ import contextlib
 import dataclasses
 import os
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 
 from absl import app, flags
 
-from ps_toolkit.base.errors import EXIT_CONFIG, ConfigError, ToolkitError
+from ps_toolkit.base.errors import EXIT_CONFIG, PS_ORPHAN_TIMEOUT_SECS, ConfigError, ToolkitError
 from ps_toolkit.cluster import config as cluster_lib
-from ps_toolkit.cluster import slurm
+from ps_toolkit.cluster import slurm, sources
+from ps_toolkit.cluster.tf_config import TF_CONFIG_ENV, tf_config_text
 from ps_toolkit.models.names import MODEL_NAMES
-from ps_toolkit.placement.choices import NEAR_WEIGHTS_MODES, PLACEMENT_STRATEGIES
+from ps_toolkit.placement.choices import NEAR_WEIGHTS_MODES
+from ps_toolkit.placement.registry import BUILT_IN_STRATEGIES
 from ps_toolkit.training import user_code
 from ps_toolkit.training.config import TrainConfig
 from ps_toolkit.training.model_api import ModelDefinition
@@ -34,7 +36,12 @@ def define_cluster_flags() -> None:
     flags.DEFINE_string("job_name", None, "This task's job: ps, worker, chief or evaluator.")
     flags.DEFINE_integer("task_index", None, "This task's index within its job (default 0).")
     flags.DEFINE_string("cluster_file", None, "JSON file with the cluster ({'cluster': {...}} or a job map).")
-    flags.DEFINE_enum("cluster_from", None, ["slurm"], "slurm: the cluster of the srun step this task runs in.")
+    flags.DEFINE_string(
+        "cluster_from",
+        None,
+        "Where the cluster comes from instead of the host flags: slurm (the srun step this task runs in), tf_config, "
+        "a source registered with ps_toolkit.cluster.sources.register_source, or MODULE:FUNCTION (environ, options).",
+    )
     flags.DEFINE_integer("slurm_num_ps", 1, "--cluster_from=slurm: the first N ranks are ps, the rest workers.")
     flags.DEFINE_string("slurm_roles", None, "--cluster_from=slurm: jobs in rank order instead, e.g. ps:1,worker:*.")
     flags.DEFINE_integer("slurm_port_base", slurm.DEFAULT_BASE_PORT, "--cluster_from=slurm: first port on each node.")
@@ -69,7 +76,12 @@ def define_training_flags() -> None:
     flags.DEFINE_integer("save_checkpoint_steps", 100, "Chief saves a checkpoint every N global steps.")
     flags.DEFINE_float("save_checkpoint_secs", None, "Save every N seconds instead of every N steps.")
     flags.DEFINE_integer("save_summaries_steps", 100, "Chief writes summaries every N steps.")
-    flags.DEFINE_enum("placement", "round_robin", list(PLACEMENT_STRATEGIES), "How variables go to ps tasks.")
+    flags.DEFINE_string(
+        "placement",
+        "round_robin",
+        f"How variables go to ps tasks: {', '.join(BUILT_IN_STRATEGIES)}, a strategy registered with "
+        "ps_toolkit.placement.registry.register_strategy, or MODULE:FUNCTION, a strategy function (num_ps, seed).",
+    )
     flags.DEFINE_boolean("partition_variables", False, "Split large variables along axis 0 across ps tasks.")
     flags.DEFINE_integer("seed", 0, "Base seed; each replica shuffles with its own derived seed.")
     flags.DEFINE_integer("steps_per_run", 20, "Training steps per session.run (in-graph loop), async or sync.")
@@ -104,7 +116,9 @@ def define_training_flags() -> None:
 def define_ps_flags() -> None:
     """Flags of a parameter-server task (run_task.py's; launch_local.py passes them through)."""
     flags.DEFINE_float(
-        "ps_orphan_timeout_secs", 300.0, "A ps exits (status 3) when no unfinished worker was reachable this long."
+        "ps_orphan_timeout_secs",
+        PS_ORPHAN_TIMEOUT_SECS,
+        "A ps exits (status 3) when no unfinished worker was reachable this long.",
     )
 
 
@@ -144,23 +158,41 @@ def print_help_and_exit_if_asked(argv: list[str], usage: str) -> None:
     raise SystemExit(0)
 
 
-def cluster_from_flags(tf_config: str | None) -> cluster_lib.ClusterConfig:
-    if FLAGS.cluster_from == "slurm":
-        names = ("ps_hosts", "worker_hosts", "chief_hosts", "evaluator_hosts", "job_name", "task_index", "cluster_file")
-        given = [f"--{name}" for name in names if FLAGS[name].value is not None] + ["TF_CONFIG"] * bool(tf_config)
-        if given:
-            raise ConfigError(f"--cluster_from=slurm takes the cluster from Slurm; do not also give {', '.join(given)}")
-        return slurm.cluster_from_slurm_env(os.environ, FLAGS.slurm_num_ps, FLAGS.slurm_port_base, FLAGS.slurm_roles)
-    return cluster_lib.resolve(
-        ps_hosts=FLAGS.ps_hosts,
-        worker_hosts=FLAGS.worker_hosts,
-        chief_hosts=FLAGS.chief_hosts,
-        evaluator_hosts=FLAGS.evaluator_hosts,
-        job_name=FLAGS.job_name,
-        task_index=FLAGS.task_index,
-        cluster_file=FLAGS.cluster_file,
-        tf_config=tf_config,
-    )
+_SOURCE_OPTIONS = ("slurm_num_ps", "slurm_port_base", "slurm_roles")
+
+
+def cluster_from_flags(environ: Mapping[str, str] | None = None) -> cluster_lib.ClusterConfig:
+    """This task's cluster: from ``--cluster_from``'s source, else from the host flags, --cluster_file or TF_CONFIG.
+
+    Args:
+        environ: The task's environment (default: this process's).
+
+    Raises:
+        ConfigError: an unknown source, flags that contradict the source, or a cluster the source cannot use.
+    """
+    environ = os.environ if environ is None else environ
+    tf_config = tf_config_text(environ)
+    name = FLAGS.cluster_from
+    if not name:
+        return cluster_lib.resolve(
+            ps_hosts=FLAGS.ps_hosts,
+            worker_hosts=FLAGS.worker_hosts,
+            chief_hosts=FLAGS.chief_hosts,
+            evaluator_hosts=FLAGS.evaluator_hosts,
+            job_name=FLAGS.job_name,
+            task_index=FLAGS.task_index,
+            cluster_file=FLAGS.cluster_file,
+            tf_config=tf_config,
+        )
+    if ":" in name:  # a user's source function, by MODULE:FUNCTION
+        sources.register_source(name, user_code.load(name, "cluster_from"))
+    sources.SOURCES.check(name)
+    names = ("ps_hosts", "worker_hosts", "chief_hosts", "evaluator_hosts", "job_name", "task_index", "cluster_file")
+    given = [f"--{flag}" for flag in names if FLAGS[flag].value is not None]
+    given += [TF_CONFIG_ENV] * bool(tf_config and name != "tf_config")
+    if given:
+        raise ConfigError(f"--cluster_from={name} takes the cluster from it; do not also give {', '.join(given)}")
+    return sources.cluster_from_source(name, environ, {flag: FLAGS[flag].value for flag in _SOURCE_OPTIONS})
 
 
 def train_config_from_flags() -> TrainConfig:

@@ -9,8 +9,9 @@ import tensorflow as tf
 
 from ps_toolkit.base.errors import ConfigError
 from ps_toolkit.cluster.config import ClusterConfig
+from ps_toolkit.placement import registry
+from ps_toolkit.placement.registry import BUILT_IN_STRATEGIES
 from ps_toolkit.placement.strategies import (
-    STRATEGIES,
     GreedyLoadBalancingStrategy,
     PlacementReport,
     RandomStrategy,
@@ -186,7 +187,7 @@ def test_partitioner_is_none_without_several_ps_tasks():
 
 
 def test_no_ps_tasks_puts_everything_on_the_worker():
-    for strategy in STRATEGIES:
+    for strategy in BUILT_IN_STRATEGIES:
         _, variables, total = build(device_setter(make_cluster(num_ps=0), strategy), [3, 3])
         assert devices(variables) == ["/job:worker/task:1"] * 2
         assert total.op.device == "/job:worker/task:1"
@@ -198,6 +199,7 @@ def test_unknown_strategy_is_a_one_line_config_error():
     message = str(caught.value)
     assert "'least_loaded'" in message
     assert "round_robin, greedy, random" in message
+    assert "\n" not in message
     assert "\n" not in message
 
 
@@ -267,3 +269,67 @@ def test_log_placement_report_logs_each_line_at_info(caplog):
         log_placement_report(report, logger)
     assert [r.levelno for r in caplog.records] == [logging.INFO] * 5
     assert [r.getMessage() for r in caplog.records] == report.format().splitlines()
+
+
+def by_name_length(num_ps, seed):
+    """A user's strategy: the ps task is the length of the variable's name plus the seed, modulo the ps tasks."""
+    return lambda op: (len(op.name) + seed) % num_ps
+
+
+@pytest.fixture
+def registered():
+    registry.register_strategy("by_name_length", by_name_length)
+    yield "by_name_length"
+    registry.STRATEGIES.unregister("by_name_length")
+
+
+def test_a_users_registered_strategy_places_the_variables(registered):
+    cluster = make_cluster(num_ps=3)
+    _, variables, _ = build(device_setter(cluster, registered, seed=1), [3, 3, 3, 3])
+    # v0..v3: names of length 2, placed at (2 + 1) % 3 = 0; their initial-value ops stay on the worker.
+    assert devices(variables) == [ps(0)] * 4
+    graph, variables, _ = build(device_setter(cluster, registered, seed=0), [3])
+    assert devices(variables) == [ps(2)]
+    assert registered in registry.STRATEGIES.names()
+
+
+def test_a_strategy_function_is_taken_as_it_is_without_a_name():
+    _, variables, _ = build(device_setter(make_cluster(num_ps=2), lambda num_ps, seed: lambda op: 1), [3, 3])
+    assert devices(variables) == [ps(1), ps(1)]
+
+
+def test_a_users_strategy_by_name_passes_the_configs_check(registered):
+    from ps_toolkit.training.config import TrainConfig
+
+    TrainConfig(placement=registered, checkpoint_dir="/tmp/x").validate(make_cluster(num_ps=2))
+    with pytest.raises(ConfigError) as caught:
+        TrainConfig(placement="least_loaded", checkpoint_dir="/tmp/x").validate(make_cluster(num_ps=2))
+    assert str(caught.value) == (
+        "unknown placement strategy 'least_loaded' (from --placement); "
+        "registered: round_robin, greedy, random, by_name_length"
+    )
+
+
+def test_a_users_strategy_by_module_and_function_is_loaded_where_the_graph_is_built(tmp_path, monkeypatch):
+    from ps_toolkit.training import replica_graph
+    from ps_toolkit.training.config import TrainConfig
+
+    (tmp_path / "my_placement.py").write_text("def second_ps(num_ps, seed):\n    return lambda op: 1\n")
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    TrainConfig(placement="my_placement:second_ps", checkpoint_dir="/tmp/x").validate(make_cluster(num_ps=2))
+    strategy = replica_graph.placement_strategy("my_placement:second_ps")
+    _, variables, _ = build(device_setter(make_cluster(num_ps=2), strategy), [3])
+    assert devices(variables) == [ps(1)]
+    with pytest.raises(ConfigError, match="my_placement:nope"):
+        TrainConfig(placement="my_placement:nope", checkpoint_dir="/tmp/x").validate(make_cluster(num_ps=2))
+
+
+@pytest.mark.parametrize(
+    ("name", "strategy", "words"),
+    [("greedy", by_name_length, "built in"), ("", by_name_length, "needs a name"), ("x", 3, "must be a function")],
+)
+def test_a_bad_registration_is_refused_in_one_line(name, strategy, words):
+    with pytest.raises(ValueError, match=words):
+        registry.register_strategy(name, strategy)
+    assert registry.STRATEGIES.names() == BUILT_IN_STRATEGIES

@@ -25,7 +25,7 @@ waits_for_ever()
 def test_only_the_toolkits_task_entry_is_sent_the_signal():
     assert stack_dump.dumps_stacks(default_command(["--train_steps=1"]))
     assert stack_dump.dumps_stacks([sys.executable, "-m", "ps_toolkit.tools.run_task"])
-    assert not stack_dump.dumps_stacks([sys.executable, "-m", "ps_toolkit.tools.run_legacy", "x.py"])
+    assert not stack_dump.dumps_stacks([sys.executable, "-m", "ps_toolkit_compat.run_legacy", "x.py"])
     assert not stack_dump.dumps_stacks([sys.executable, "their_script.py"])
     assert not stack_dump.dumps_stacks(["bash"])
 

@@ -1,10 +1,11 @@
-"""ps_toolkit.base.tf_internals: every private TensorFlow name the toolkit uses is declared there, and still exists.
+"""The two registries of private TensorFlow names: every one the toolkit (ps_toolkit.base.tf_internals) and the
+compat layer (ps_toolkit_compat.tf_internals) use is declared in its registry, and still exists.
 
-- The registry (``tf_internals.USES``) is checked against the installed
+- The registries (each module's ``USES``) are checked against the installed
   TensorFlow and tensorflow-estimator: an upgrade that drops a name fails
   with one line per name saying who used it and why.
 - ps_toolkit/ and compat/ are read (AST) for private TensorFlow names used
-  anywhere but tf_internals.py; each one fails, named by file:line.
+  anywhere but the two tf_internals.py; each one fails, named by file:line.
 - Classes that subclass TensorFlow's may use its private members only where
   the registry declares them (checked on the imported classes).
 """
@@ -20,10 +21,12 @@ import pathlib
 import pytest
 
 from ps_toolkit.base import tf_internals
+from ps_toolkit_compat import tf_internals as compat_internals
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 SCANNED = ("ps_toolkit", "compat")
-INTERNALS = pathlib.Path("ps_toolkit/base/tf_internals.py")
+INTERNALS = (pathlib.Path("ps_toolkit/base/tf_internals.py"), pathlib.Path("compat/tf_internals.py"))
+ALL_USES = tf_internals.USES + compat_internals.USES
 # Python's own privates the toolkit uses (not TensorFlow's): os._exit in forked children, and the
 # interpreter's shutdown steps a forked child runs itself before os._exit.
 PYTHON_PRIVATES = {"os._exit", "threading._shutdown", "atexit._run_exitfuncs"}
@@ -96,14 +99,14 @@ def _scanned_files() -> list[pathlib.Path]:
     files = []
     for folder in SCANNED:
         files += [path.relative_to(ROOT) for path in sorted((ROOT / folder).rglob("*.py"))]
-    return [path for path in files if path != INTERNALS]
+    return [path for path in files if path not in INTERNALS]
 
 
 def test_every_declared_internal_exists_in_the_installed_tensorflow():
     from ps_toolkit_compat import estimator_support
 
     estimator_support.load()  # the estimator's internals import only once TensorFlow's dropped ones are supplied
-    missing = tf_internals.missing()
+    missing = tf_internals.missing() + compat_internals.missing()
     assert not missing, "\n".join(missing)
 
 
@@ -118,9 +121,14 @@ def test_a_missing_internal_is_named_with_its_user_and_reason():
     assert tf_internals.missing([tf_internals.Use("tensorflow.python.no_such_module", "x", "x.py", "why")])
 
 
+def test_each_registry_declares_only_its_own_layers_names():
+    assert all(not use.used_by.startswith("compat/") for use in tf_internals.USES)
+    assert all(use.used_by.startswith("compat/") for use in compat_internals.USES)
+
+
 def test_registry_entries_are_unique_and_documented():
     seen = set()
-    for use in tf_internals.USES:
+    for use in ALL_USES:
         assert (use.owner, use.name, use.used_by) not in seen, use
         seen.add((use.owner, use.name, use.used_by))
         assert use.why and os.path.exists(ROOT / use.used_by), use
@@ -130,7 +138,7 @@ def test_no_private_tensorflow_name_outside_tf_internals():
     found = []
     for path in _scanned_files():
         found += private_tf_names((ROOT / path).read_text(encoding="utf-8"), str(path))
-    assert not found, "private TensorFlow names outside ps_toolkit/base/tf_internals.py:\n" + "\n".join(found)
+    assert not found, "private TensorFlow names outside the two tf_internals.py:\n" + "\n".join(found)
 
 
 @pytest.mark.parametrize(
@@ -204,7 +212,7 @@ def _own_classes():
 
 
 def test_subclasses_use_only_declared_private_members_of_tensorflow_classes():
-    declared = {(use.used_by, use.name) for use in tf_internals.USES}
+    declared = {(use.used_by, use.name) for use in ALL_USES}
     found = []
     for path, cls in _own_classes():
         tf_names = _tf_private_members(cls)
@@ -218,6 +226,7 @@ AUTOGRAPH_PROBE = """
 import json, os, sys, tempfile
 import tensorflow as tf
 from ps_toolkit.base import tf_internals
+from ps_toolkit_compat import tf_internals as compat_internals
 
 def absolute(x):
     if x > 0:

@@ -59,6 +59,10 @@ class OrphanedError(ToolkitError):
     exit_code = EXIT_ORPHANED
 
 
+# How long a ps waits with no unfinished worker reachable before it ends with OrphanedError (every entry's default).
+PS_ORPHAN_TIMEOUT_SECS = 300.0
+
+
 class EnvironmentProblem(ToolkitError):
     """The machine refused what the task needs: the message names the path and the reason."""
 

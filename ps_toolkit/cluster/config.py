@@ -15,6 +15,8 @@ import types
 from collections.abc import Mapping
 
 from ps_toolkit.base.errors import ConfigError
+from ps_toolkit.cluster.tf_config import clip as _clip
+from ps_toolkit.cluster.tf_config import parse_tf_config
 
 CHIEF, WORKER, PS, EVALUATOR = "chief", "worker", "ps", "evaluator"
 JOB_NAMES = (CHIEF, WORKER, PS, EVALUATOR)
@@ -224,11 +226,7 @@ class ClusterConfig:
     @classmethod
     def from_tf_config(cls, text: str, source: str = "TF_CONFIG") -> ClusterConfig:
         """Builds a cluster from a TF_CONFIG JSON string (estimator, Kubeflow)."""
-        try:
-            payload = json.loads(text)
-        except (TypeError, ValueError) as err:
-            raise ConfigError(f"{source} is not valid JSON ({err.args[0]}): {_clip(text)}") from None
-        return cls.from_dict(payload, source)
+        return cls.from_dict(parse_tf_config(text, source), source)
 
     @classmethod
     def from_cluster_file(cls, path: str, job_name=None, task_index=None) -> ClusterConfig:
@@ -391,8 +389,3 @@ def _task_index(value, source: str) -> int:
     if value < 0:
         raise ConfigError(f"task index {value} from {source} is negative")
     return value
-
-
-def _clip(value, limit: int = 120) -> str:
-    text = value if isinstance(value, str) else json.dumps(value, default=str)
-    return text if len(text) <= limit else text[: limit - 3] + "..."

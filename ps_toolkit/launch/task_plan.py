@@ -23,6 +23,7 @@ import sys
 from collections.abc import Mapping, Sequence
 
 from ps_toolkit.base.errors import ConfigError
+from ps_toolkit.base.progress_lines import CLUSTER_ARGS_ENV
 from ps_toolkit.cluster.config import CHIEF, EVALUATOR, PS, WORKER, ClusterConfig, parse_host_list
 from ps_toolkit.process.fork_client import RUN_TASK_MODULE, RUN_TASK_SCRIPT  # the per-task entry point
 
@@ -35,7 +36,6 @@ CHIEF_ROLES = (CHIEF, "master")
 # --task_args=none: no flags, TF_CONFIG alone.
 NO_TASK_ARGS = "none"
 TASK_ARG_FIELDS = ("job", "index", "address", "ps_hosts", "worker_hosts", "chief_hosts", "evaluator_hosts")
-CLUSTER_ARGS_ENV = "PS_TOOLKIT_CLUSTER_ARGS"
 
 
 @dataclasses.dataclass(frozen=True)

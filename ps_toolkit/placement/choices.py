@@ -1,7 +1,5 @@
 """The placement levers' names and size limit, importable before TensorFlow (flags and configs check them)."""
 
-# How variables are spread over ps tasks (``strategies.device_setter``).
-PLACEMENT_STRATEGIES = ("round_robin", "greedy", "random")
 # Which fully connected layers run on the ps holding their weights (``near_weights.near_rule``).
 NEAR_WEIGHTS_MODES = ("auto", "all", "none")
 # Variables up to this size are pulled and pushed whole, packed per ps; larger ones stay on their ps.

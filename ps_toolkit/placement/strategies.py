@@ -8,16 +8,14 @@ import hashlib
 
 import tensorflow as tf
 
-from ps_toolkit.base.errors import ConfigError
 from ps_toolkit.cluster.config import ClusterConfig
-from ps_toolkit.placement.choices import PLACEMENT_STRATEGIES
+from ps_toolkit.placement import registry
 
-STRATEGIES = PLACEMENT_STRATEGIES
 # The op types that own a variable's storage; reads and updates are colocated with them.
 VARIABLE_OPS = ("VariableV2", "VarHandleOp")
 
 
-def device_setter(cluster: ClusterConfig, strategy: str = "round_robin", *, seed: int = 0):
+def device_setter(cluster: ClusterConfig, strategy: str | registry.PlacementStrategy = "round_robin", *, seed: int = 0):
     """A device function for ``tf.compat.v1.device``: variables on ps, ops on this task.
 
     Example:
@@ -26,29 +24,24 @@ def device_setter(cluster: ClusterConfig, strategy: str = "round_robin", *, seed
 
     Args:
         cluster: The cluster and this task's place in it.
-        strategy: How variables are spread over ps tasks; one of ``STRATEGIES``.
-        seed: Seed of the "random" strategy; every worker must pass the same one.
+        strategy: How variables are spread over ps tasks: the name of a registered strategy
+            (``registry.STRATEGIES.names()``), or a strategy function ``(num_ps, seed)`` itself.
+        seed: Seed of the "random" strategy (and the second argument of every strategy);
+            every worker must pass the same one.
 
     Returns:
         A device function. With no ps tasks, it puts every op on this task.
 
     Raises:
-        ConfigError: ``strategy`` is not one of ``STRATEGIES``.
+        ConfigError: ``strategy`` is a name no strategy is registered under.
     """
-    if strategy not in STRATEGIES:
-        raise ConfigError(f"unknown placement strategy {strategy!r}; valid strategies: {', '.join(STRATEGIES)}")
+    make = registry.STRATEGIES.get(strategy, "the placement strategy") if isinstance(strategy, str) else strategy
     if cluster.num_ps == 0:
         # replica_device_setter returns None here, and tf.device(None) would
         # clear outer device scopes instead of pinning ops to this task.
         return _worker_device_function(cluster.device)
-    if strategy == "greedy":
-        ps_strategy = GreedyLoadBalancingStrategy(cluster.num_ps, byte_size_load_fn)
-    elif strategy == "random":
-        ps_strategy = RandomStrategy(cluster.num_ps, seed)
-    else:
-        ps_strategy = None  # replica_device_setter's own round robin
     return tf.compat.v1.train.replica_device_setter(
-        cluster=cluster.cluster_spec(), worker_device=cluster.device, ps_strategy=ps_strategy
+        cluster=cluster.cluster_spec(), worker_device=cluster.device, ps_strategy=make(cluster.num_ps, seed)
     )
 
 

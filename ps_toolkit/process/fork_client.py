@@ -40,7 +40,7 @@ RUN_TASK_SCRIPT = os.path.join(PACKAGE_PARENT, "scripts", "run_task.py")
 RUN_LEGACY_SCRIPT = os.path.join(PACKAGE_PARENT, "scripts", "run_legacy.py")
 FORKABLE_SCRIPTS = (RUN_TASK_SCRIPT, RUN_LEGACY_SCRIPT)
 RUN_TASK_MODULE = "ps_toolkit.tools.run_task"
-RUN_LEGACY_MODULE = "ps_toolkit.tools.run_legacy"
+RUN_LEGACY_MODULE = "ps_toolkit_compat.run_legacy"
 FORKABLE_MODULES = (RUN_TASK_MODULE, RUN_LEGACY_MODULE)
 START_METHODS = ("fork", "exec")
 # Names the host's fork server (``fork_server --listen PATH``): launches connect to it

@@ -57,7 +57,7 @@ def _main(argv):
     if len(argv) > 1:
         cli.fail(f"unexpected arguments {' '.join(argv[1:])!r}; flags look like --name=value")
     with cli.user_errors():
-        cluster = cli.cluster_from_flags(os.environ.get("TF_CONFIG"))
+        cluster = cli.cluster_from_flags()
         config = cli.train_config_from_flags()
         if config.checkpoint_dir is None:
             config = cli.with_checkpoint_dir(config, default_checkpoint_dir(cluster))

@@ -8,8 +8,9 @@ import math
 from ps_toolkit.base import flag_ranges
 from ps_toolkit.base.errors import ConfigError
 from ps_toolkit.cluster.config import ClusterConfig
-from ps_toolkit.placement.choices import NEAR_WEIGHTS_MODES, PLACEMENT_STRATEGIES
-from ps_toolkit.training import optimizers
+from ps_toolkit.placement import registry as placement_registry
+from ps_toolkit.placement.choices import NEAR_WEIGHTS_MODES
+from ps_toolkit.training import optimizers, user_code
 
 # sparse_lookup.WIRE_DTYPES, without importing TensorFlow here.
 WIRE_DTYPES = ("float32", "bfloat16")
@@ -129,10 +130,10 @@ class TrainConfig:
             )
         if self.wire_dtype not in WIRE_DTYPES:
             raise ConfigError(f"unknown --wire_dtype={self.wire_dtype!r}; valid: {', '.join(WIRE_DTYPES)}")
-        if self.placement not in PLACEMENT_STRATEGIES:
-            raise ConfigError(
-                f"unknown placement {self.placement!r} (from --placement); valid: {', '.join(PLACEMENT_STRATEGIES)}"
-            )
+        if ":" in self.placement:  # a user's strategy function, imported by the task that builds the graph
+            user_code.locate(self.placement, "placement")
+        else:
+            placement_registry.STRATEGIES.check(self.placement)
         if cluster.num_replicas + cluster.num_ps > 1 and not self.checkpoint_dir:
             raise ConfigError(
                 "multi-task training needs --checkpoint_dir: without one, a ps or chief "

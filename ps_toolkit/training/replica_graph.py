@@ -29,7 +29,7 @@ from ps_toolkit import dynamic_embedding
 from ps_toolkit.base.errors import ConfigError
 from ps_toolkit.cluster.config import ClusterConfig
 from ps_toolkit.placement import near_weights, strategies
-from ps_toolkit.training import multi_step, optimizers, packed_transfer, sparse_lookup
+from ps_toolkit.training import multi_step, optimizers, packed_transfer, sparse_lookup, user_code
 from ps_toolkit.training.config import TrainConfig
 from ps_toolkit.training.input_pipeline import train_batches
 from ps_toolkit.training.model_api import ModeKeys, ModelDefinition
@@ -56,9 +56,14 @@ class TrainGraph:
     learning_rate: float | None = None  # None: the model_fn's own train_op
 
 
+def placement_strategy(placement: str):
+    """``--placement``'s strategy: a registered name as it is, ``MODULE:FUNCTION`` as the function it names."""
+    return user_code.load(placement, "placement") if ":" in placement else placement
+
+
 def build(cluster: ClusterConfig, config: TrainConfig, definition: ModelDefinition) -> TrainGraph:
     """Builds this replica's training graph in the default graph."""
-    device_fn = strategies.device_setter(cluster, config.placement, seed=config.seed)
+    device_fn = strategies.device_setter(cluster, placement_strategy(config.placement), seed=config.seed)
     partitioner = strategies.variable_partitioner(cluster) if config.partition_variables else None
     runs_near = _near_rule(cluster, config, partitioned=partitioner is not None)
     with tf.compat.v1.device(device_fn):

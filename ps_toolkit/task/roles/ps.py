@@ -19,7 +19,7 @@ import time
 
 import tensorflow as tf
 
-from ps_toolkit.base.errors import OrphanedError
+from ps_toolkit.base.errors import PS_ORPHAN_TIMEOUT_SECS, OrphanedError
 from ps_toolkit.cluster.config import PS, ClusterConfig
 from ps_toolkit.cluster.preflight import connect, reachable
 from ps_toolkit.task.server import session_config
@@ -66,7 +66,7 @@ def serve_until_done(
     cluster: ClusterConfig,
     server,
     *,
-    orphan_timeout_secs: float = 300.0,
+    orphan_timeout_secs: float = PS_ORPHAN_TIMEOUT_SECS,
     poll_secs: float = 0.5,
 ) -> list[int]:
     """Serves as a ps until every replica signalled done and has exited; returns them in order.

@@ -3,7 +3,7 @@
     python scripts/run_legacy.py old_script.py --job_name=worker --task_index=0 ...
     python scripts/run_legacy.py -m trainer.task --job-dir=/tmp/job    # a package's module, as python -m runs it
     python scripts/launch_local.py --num_ps=1 --num_workers=2 -- python scripts/run_legacy.py old_script.py
-    ps-run-legacy old_script.py ...            # installed: also python -m ps_toolkit.tools.run_legacy
+    ps-run-legacy old_script.py ...            # installed: also python -m ps_toolkit_compat.run_legacy
 
 The legacy ``tensorflow`` module (compat/legacy_tf.py, installed as
 ``ps_toolkit_compat.legacy_tf``) is installed before
@@ -71,10 +71,9 @@ def _user_line(err: BaseException) -> str | None:
     name was used (a module the script imported, not always the script), or None."""
     import traceback
 
-    import ps_toolkit
-    import ps_toolkit_compat
+    from ps_toolkit.base.paths import PACKAGE_PARENT
 
-    own = tuple(os.path.dirname(os.path.abspath(m.__file__)) + os.sep for m in (ps_toolkit, ps_toolkit_compat))
+    own = (os.path.join(PACKAGE_PARENT, "ps_toolkit") + os.sep, os.path.dirname(os.path.abspath(__file__)) + os.sep)
     frames = [
         frame
         for frame in traceback.extract_tb(err.__traceback__)
