@@ -1,1 +1,1 @@
-"""Multi-host deployment files: Kubernetes manifests and Slurm batch scripts."""
+"""Launch backends: one module (or subpackage) per way to run a cluster, found by name in ``registry``."""

@@ -268,3 +268,9 @@ class signals_wake:
 
 def _ignore(signum, frame) -> None:
     """The wake-up fd carries the signal to the event loop; nothing to do here."""
+
+
+def run_local(options: LaunchOptions, settings: None = None) -> RunResult:
+    """The ``local`` backend (backends.registry): every task a process on this machine; ``settings`` unused."""
+    del settings  # the local launch is described by ``options`` alone
+    return launch(options)

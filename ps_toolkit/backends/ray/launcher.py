@@ -22,13 +22,13 @@ import socket
 import sys
 import uuid
 
+from ps_toolkit.backends import local as launcher
+from ps_toolkit.backends.local import LaunchOptions, RunResult
+from ps_toolkit.backends.ray.nodes import PortHolder
 from ps_toolkit.base import paths
 from ps_toolkit.base.errors import ConfigError, RetryableError
 from ps_toolkit.cluster.config import PS
-from ps_toolkit.launch import launcher
 from ps_toolkit.launch.engine_env import carried_env
-from ps_toolkit.launch.launcher import LaunchOptions, RunResult
-from ps_toolkit.launch.ray_nodes import PortHolder
 from ps_toolkit.launch.status import Console
 from ps_toolkit.launch.supervisor import LogFolderWarning, Supervisor
 from ps_toolkit.launch.task_plan import START_ORDER, TaskPlan, plan_tasks, task_env
@@ -128,7 +128,7 @@ def _proxied(plan: TaskPlan, job: _RayJob, bundle: int, env_keys: str) -> TaskPl
     argv = (
         sys.executable,
         "-m",
-        "ps_toolkit.launch.ray_task",
+        "ps_toolkit.backends.ray.task",
         f"--address={job.address}",
         f"--namespace={job.namespace}",
         f"--placement_group={job.group_name}",
@@ -223,3 +223,8 @@ def _check_reachable(address: str | None, timeout_secs: float) -> None:
         socket.create_connection((host.strip("[]"), int(port)), timeout=min(timeout_secs, 30.0)).close()
     except OSError as err:
         raise RetryableError(f"--address={address}: nothing answers there ({err.strerror or err})") from None
+
+
+def run_ray(options: LaunchOptions, settings: RayOptions) -> RunResult:
+    """The ``ray`` backend (backends.registry): ``launch`` with the Ray settings."""
+    return launch(options, settings)

@@ -1,6 +1,6 @@
 """One task of a Ray launch, as the launcher's Supervisor sees it: a local process standing for a Ray actor.
 
-    python -m ps_toolkit.launch.ray_task --address=GCS --namespace=NS --placement_group=NAME --bundle=I
+    python -m ps_toolkit.backends.ray.task --address=GCS --namespace=NS --placement_group=NAME --bundle=I
         --num_cpus=1 --num_gpus=0 --launcher_python=PATH --env_keys=TF_CONFIG,... -- COMMAND...
 
 It connects to the Ray cluster, creates the task's actor in its bundle of the
@@ -21,8 +21,8 @@ import signal
 import sys
 import threading
 
+from ps_toolkit.backends.ray.nodes import TaskActor
 from ps_toolkit.base.errors import EXIT_RETRYABLE
-from ps_toolkit.launch.ray_nodes import TaskActor
 
 # How often the main thread wakes to handle signals while the task runs.
 _WAKE_SECS = 0.5
