@@ -11,8 +11,8 @@ import psutil
 import pytest
 
 from ps_toolkit.process import lifecycle
-from ps_toolkit.process.fork_client import TaskStarter
 from ps_toolkit.process.group import ProcessGroup
+from ps_toolkit.process.starter import ExecStarter
 
 # A child that starts a grandchild, prints the grandchild's pid, and waits forever.
 _WITH_GRANDCHILD = (
@@ -31,7 +31,7 @@ _FOREVER = "import threading; threading.Event().wait()"
 
 
 def _group(**kwargs) -> ProcessGroup:
-    return ProcessGroup(TaskStarter("exec"), **kwargs)
+    return ProcessGroup(ExecStarter(), **kwargs)
 
 
 def _start(group: ProcessGroup, name: str, code: str, stdout=subprocess.DEVNULL):

@@ -36,7 +36,7 @@ from ps_toolkit.launch import charts, task_plan
 from ps_toolkit.launch.drills import parse_kill
 from ps_toolkit.launch.policy import RESTART_POLICIES, SUCCESS_POLICIES, Policy
 from ps_toolkit.launch.task_plan import Topology, default_command, hosts_from_flags
-from ps_toolkit.process import fork_client
+from ps_toolkit.process import fork_starter
 from ps_toolkit.task import netns, open_ports
 from ps_toolkit.training import user_code
 
@@ -213,7 +213,21 @@ def _parse(argv: list[str]) -> list[str]:
         _fail(str(err))
     if len(rest) > 1:
         _fail(f"unexpected argument {rest[1]!r}; put the task command after --")
-    return argv[split + 1 :]
+    command = argv[split + 1 :]
+    _start_fork_server_early(command)
+    return command
+
+
+def _start_fork_server_early(command: list[str]) -> None:
+    """Starts this launch's fork server as soon as the flags say its tasks are forked from one.
+
+    The server's TensorFlow import is the longest wait of a launch: it runs while the launch checks
+    its flags and reserves its ports. Its environment is the tasks' (task_env), so the tasks are
+    forked from it; a launch that ends before its first task kills it at exit.
+    """
+    if command or _START_METHOD.value != "fork" or _BACKEND.value != "local":
+        return
+    fork_starter.shared_server(task_plan.task_env())
 
 
 def _fail(message: str) -> None:
@@ -279,7 +293,7 @@ def _main_and_exit(command: list[str]) -> None:
     """main(), then the exit without the interpreter's teardown (a second with matplotlib and psutil
     loaded on a busy machine): the fork server is ended and reaped, every output flushed."""
     code = launch(command)
-    fork_client.close_shared()
+    fork_starter.close_shared()
     logging.shutdown()
     sys.stdout.flush()
     sys.stderr.flush()
@@ -288,11 +302,6 @@ def _main_and_exit(command: list[str]) -> None:
 
 def main() -> None:
     """The ``ps-launch-local`` command."""
-    if fork_client.launch_forks_tasks(sys.argv):
-        # The fork server's TensorFlow import is the longest wait of a launch: it runs while the
-        # flags are checked. Its environment is the tasks' (task_env), so the tasks are forked
-        # from it; a launch that ends before its first task kills it at exit.
-        fork_client.shared_server(task_plan.task_env())
     cli.register_key_flags_for_program(__name__)
     app.run(_main_and_exit, flags_parser=_parse)
 

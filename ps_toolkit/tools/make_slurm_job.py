@@ -22,7 +22,7 @@ from absl import flags
 from ps_toolkit import cli
 from ps_toolkit.backends import registry
 from ps_toolkit.cluster import slurm
-from ps_toolkit.launch import task_plan
+from ps_toolkit.tools import entries
 
 _NUM_PS = flags.DEFINE_integer("num_ps", 1, "Parameter server tasks (the first ranks).")
 _NUM_WORKERS = flags.DEFINE_integer("num_workers", 2, "Worker tasks.")
@@ -50,8 +50,8 @@ flags.adopt_module_key_flags(cli)  # --help lists them as this script's own
 TRAINING_FLAGS = sorted(set(flags.FLAGS) - _BEFORE)
 # The checkout's scripts/run_task.py; installed without a checkout, the run_task tool's own file.
 RUN_TASK = (
-    task_plan.RUN_TASK_SCRIPT
-    if os.path.isfile(task_plan.RUN_TASK_SCRIPT)
+    entries.RUN_TASK_SCRIPT
+    if os.path.isfile(entries.RUN_TASK_SCRIPT)
     else os.path.join(os.path.dirname(os.path.abspath(__file__)), "run_task.py")
 )
 
