@@ -118,3 +118,11 @@ def test_launch_local_refuses_an_unknown_backend_in_one_line(tmp_path):
     assert done.stderr.strip().splitlines() == [
         "launch_local.py: --backend='nowhere': no such launch backend; known: kubernetes, local, ray, slurm, spark"
     ], done.stderr
+
+
+def test_a_built_in_backend_that_needs_settings_is_refused_without_them_naming_its_command():
+    needs = r"--backend='ray': that backend needs settings of its own; run ps-launch-ray"
+    with pytest.raises(ConfigError, match=needs):
+        registry.usable("ray", None, "--backend")
+    with pytest.raises(ConfigError, match="run ps-make-tfjob"):
+        registry.run("kubernetes")

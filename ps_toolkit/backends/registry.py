@@ -33,6 +33,13 @@ _BUILT_IN = {
     "slurm": ("slurm", "write_sbatch"),
     "kubernetes": ("kubernetes", "write_manifests"),
 }
+# The built-in backends that cannot run without settings of their own: the command whose flags give them.
+_SETTINGS_FROM = {
+    "ray": "ps-launch-ray",
+    "spark": "ps-launch-spark",
+    "slurm": "ps-make-slurm-job",
+    "kubernetes": "ps-make-tfjob",
+}
 _REGISTERED: dict[str, Backend] = {}
 _LOCK = threading.Lock()
 
@@ -87,10 +94,24 @@ def backend(name: str, source: str = "backend") -> Backend:
     return getattr(importlib.import_module(f"{__package__}.{module}"), function)
 
 
+def usable(name: str, settings: Any = None, source: str = "backend") -> Backend:
+    """The backend called ``name``, checked to be callable with ``settings``.
+
+    Raises:
+      ConfigError: no backend has that name, or a built-in one that needs settings of its own got none.
+    """
+    chosen = backend(name, source)
+    with _LOCK:
+        built_in = name not in _REGISTERED
+    if built_in and settings is None and name in _SETTINGS_FROM:
+        raise ConfigError(f"{source}={name!r}: that backend needs settings of its own; run {_SETTINGS_FROM[name]}")
+    return chosen
+
+
 def run(name: str, options: Any = None, settings: Any = None, *, source: str = "backend") -> Any:
     """Runs (or writes) the job through the backend called ``name``; what the backend returns.
 
     Raises:
-      ConfigError: no backend has that name; or what the backend raises for bad input.
+      ConfigError: the backend is not usable with ``settings`` (see ``usable``), or what it raises for bad input.
     """
-    return backend(name, source)(options, settings)
+    return usable(name, settings, source)(options, settings)

@@ -265,7 +265,8 @@ def launch(command: list[str]) -> int:
     """Runs the cluster the flags describe (with ``command`` after ``--``, or the toolkit's tasks); its exit status."""
     try:
         options = options_from_flags(command)
-        backend = registry.backend(_backend_name(_BACKEND.value), "--backend")
+        # Refused before the network is touched: a name no backend has, or one that needs its own tool's flags.
+        backend = registry.usable(_backend_name(_BACKEND.value), None, "--backend")
     except ConfigError as err:
         _fail(str(err))
     options = dataclasses.replace(options, env={**(options.env or {}), **_isolate(options.topology)})
@@ -278,7 +279,10 @@ def launch(command: list[str]) -> int:
         )
     if options.chart:  # after _isolate: a user namespace can only be entered while this process has one thread
         charts.warm_up()
-    result = backend(options, None)
+    try:
+        result = backend(options, None)
+    except ConfigError as err:
+        _fail(str(err))
     return result if isinstance(result, int) else result.exit_code
 
 
