@@ -29,8 +29,9 @@ import psutil
 
 from benchmarks import CHECKOUT, protocol
 from ps_toolkit.base.paths import PACKAGE_PARENT
-from ps_toolkit.process.fork_client import ForkServer, ForkUnavailable, TaskStarter
+from ps_toolkit.process.fork_client import ForkServer, ForkUnavailable
 from ps_toolkit.process.group import ProcessGroup
+from ps_toolkit.process.starter import ExecStarter
 
 # The bound on reading what killed tasks wrote last and on their reaping.
 _END_SECS = 10.0
@@ -133,7 +134,7 @@ class _Run:
     def __init__(self, env: dict, server: ForkServer | None, count_loopback: bool = False):
         self.env, self.server, self.count_loopback = env, server, count_loopback
         self.results: dict[str, TaskResult] = {}  # started tasks only
-        self.group = ProcessGroup(TaskStarter("exec"), stop_grace_secs=0.0)
+        self.group = ProcessGroup(ExecStarter(), stop_grace_secs=0.0)
         self._logs: dict = {}
         self._partial: dict[str, bytes] = {}
 

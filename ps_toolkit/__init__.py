@@ -8,8 +8,13 @@ from ps_toolkit.api import train
 from ps_toolkit.base.errors import ConfigError, RetryableError, ToolkitError
 from ps_toolkit.cluster.config import ClusterConfig, resolve
 from ps_toolkit.launch.local_cluster import InProcessCluster, LocalCluster, TaskFailedError
+
+# The composition root: the process layer learns the tools' task entries as data, before any launch.
+from ps_toolkit.tools import entries as _tool_entries  # noqa: E402 - after the public names it serves
 from ps_toolkit.training.config import TrainConfig
 from ps_toolkit.training.model_api import InputContext, ModeKeys, ModelDefinition, ModelSpec
+
+_tool_entries.register()
 
 
 def embedding_lookups(tables, ids, options=None):

@@ -1,7 +1,7 @@
 """Test helper: run the tasks of a cluster as real processes, bounded, and always clean up.
 
 The toolkit's task scripts are forked from this test process's fork server, as
-the launcher does (ps_toolkit.process.fork_client); any other command is exec'd.
+the launcher does (ps_toolkit.process.fork_starter); any other command is exec'd.
 """
 
 from __future__ import annotations
@@ -14,8 +14,8 @@ import sys
 import time
 
 from ps_toolkit.launch.ports import reserve_ports
-from ps_toolkit.process.fork_client import TaskStarter
 from ps_toolkit.process.group import ProcessGroup
+from ps_toolkit.process.starter import make_starter
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 RUN_TASK = os.path.join(REPO, "scripts", "run_task.py")
@@ -69,7 +69,7 @@ def run_script(
     """
     env = dict(os.environ if env is None else env)
     deadline = time.monotonic() + timeout
-    with ProcessGroup(TaskStarter("fork"), stop_grace_secs=0.0) as group:
+    with ProcessGroup(make_starter("fork"), stop_grace_secs=0.0) as group:
         output = _Output(group, "script", command, env=env, cwd=cwd)
         group.drain(deadline)
         code = group.wait(["script"], max(deadline, time.monotonic() + 0.1))["script"]
@@ -90,7 +90,7 @@ def run_tasks(
     """
     env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", PYTHONUNBUFFERED="1", **(env or {}))
     deadline = time.monotonic() + timeout
-    with ProcessGroup(TaskStarter(start_method), stop_grace_secs=0.0) as group:
+    with ProcessGroup(make_starter(start_method), stop_grace_secs=0.0) as group:
         outputs = {
             name: _Output(group, name, command, env={**env, **(envs or {}).get(name, {})}, cwd=REPO)
             for name, command in commands.items()

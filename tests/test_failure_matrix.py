@@ -17,8 +17,8 @@ import pytest
 from ps_toolkit.base.errors import EXIT_ORPHANED, EXIT_RETRYABLE
 from ps_toolkit.cluster.preflight import reachable
 from ps_toolkit.launch.local_cluster import LocalCluster
-from ps_toolkit.process.fork_client import TaskStarter
 from ps_toolkit.process.group import ProcessGroup
+from ps_toolkit.process.starter import make_starter
 from ps_toolkit.task.checkpoints import checkpoint_problem, prepare_checkpoint_dir
 from tests import logwatch
 from tests.taskrun import REPO
@@ -230,7 +230,7 @@ def test_kill_during_checkpoint_saves_leaves_a_loadable_checkpoint(tmp_path):
     command = [sys.executable, RUN_LEGACY, str(script), str(ckpt)]
     env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3")
     for round_index in range(5):
-        with ProcessGroup(TaskStarter("fork"), stop_grace_secs=0.0) as group:
+        with ProcessGroup(make_starter("fork"), stop_grace_secs=0.0) as group:
             out = []
             saver = group.start("saver", command, env=env, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
             group.add_pipe(saver.stdout, out.append)

@@ -16,8 +16,10 @@ import psutil
 import pytest
 
 from ps_toolkit.launch import task_plan
-from ps_toolkit.process import fork_client
-from ps_toolkit.process.fork_client import ForkedProcess, ForkServer, ForkUnavailable, TaskStarter
+from ps_toolkit.process import fork_client, fork_starter
+from ps_toolkit.process.fork_client import ForkServer, ForkUnavailable
+from ps_toolkit.process.fork_starter import ForkStarter
+from ps_toolkit.process.forked_process import ForkedProcess
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 PROBE = os.path.join(ROOT, "tests", "fixtures", "fork_probe.py")
@@ -85,7 +87,7 @@ def test_a_tasks_pythonpath_gives_it_the_sys_path_exec_would(server, env, tmp_pa
 
 
 def test_a_pythonpath_folder_that_shadows_an_imported_module_is_refused(server, env, tmp_path):
-    """exec would import the folder's numpy, not the server's: the task is refused, and a TaskStarter execs it."""
+    """exec would import the folder's numpy, not the server's: the task is refused, and a ForkStarter execs it."""
     (tmp_path / "numpy.py").write_text("raise SystemExit('the shadowing numpy')")
     with pytest.raises(ForkUnavailable, match=f"PYTHONPATH folder {tmp_path} holds numpy.py, a module the fork"):
         server.spawn([sys.executable, PROBE], env=dict(env, PYTHONPATH=str(tmp_path)))
@@ -147,7 +149,7 @@ def test_guard_refuses_a_server_whose_tensorflow_runtime_started_and_tasks_fall_
     finally:
         refused.close()
     lines = []
-    starter = TaskStarter(note=lines.append, preload=preload)
+    starter = ForkStarter(note=lines.append, preload=preload)
     proc = starter.start(
         [sys.executable, RUN_LEGACY, PROBE, "exit:0"], env=env, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL
     )
@@ -157,23 +159,23 @@ def test_guard_refuses_a_server_whose_tensorflow_runtime_started_and_tasks_fall_
         assert json.loads(proc.stdout.readline())["argv"] == [PROBE, "exit:0"]
     finally:
         proc.stdout.close()
-        fork_client.close_shared()
+        fork_starter.close_shared()
     # Besides the line said while a server imports (once per process, so here or in an earlier test).
     refusals = [line for line in lines if not line.startswith("fork server: importing TensorFlow")]
     assert len(refusals) == 1 and "starting the toolkit's tasks with exec instead" in refusals[0], lines
 
 
 def test_only_the_toolkits_task_scripts_are_forked(tmp_path):
-    assert fork_client.forkable([sys.executable, RUN_TASK, "--job_name=ps"], {})
-    assert fork_client.forkable([sys.executable, RUN_LEGACY, "old.py"], {})
-    assert not fork_client.forkable([sys.executable, PROBE], {})
-    assert not fork_client.forkable(["/usr/bin/env", "python3", RUN_TASK], {})
+    assert fork_starter.forkable([sys.executable, RUN_TASK, "--job_name=ps"], {})
+    assert fork_starter.forkable([sys.executable, RUN_LEGACY, "old.py"], {})
+    assert not fork_starter.forkable([sys.executable, PROBE], {})
+    assert not fork_starter.forkable(["/usr/bin/env", "python3", RUN_TASK], {})
     # A bare "python", as the README writes the commands, is this interpreter when the task's PATH says so.
     (tmp_path / "python").symlink_to(sys.executable)
-    assert fork_client.forkable(["python", RUN_LEGACY, "old.py"], {"PATH": str(tmp_path)})
-    assert not fork_client.forkable(["python", RUN_LEGACY, "old.py"], {"PATH": str(tmp_path / "nowhere")})
+    assert fork_starter.forkable(["python", RUN_LEGACY, "old.py"], {"PATH": str(tmp_path)})
+    assert not fork_starter.forkable(["python", RUN_LEGACY, "old.py"], {"PATH": str(tmp_path / "nowhere")})
     # A legacy script needs the legacy Keras at import; with the modern one chosen it gets a fresh process.
-    assert not fork_client.forkable([sys.executable, RUN_LEGACY, "old.py"], {"TF_USE_LEGACY_KERAS": "0"})
+    assert not fork_starter.forkable([sys.executable, RUN_LEGACY, "old.py"], {"TF_USE_LEGACY_KERAS": "0"})
 
 
 def test_python_dash_m_runs_a_module_as_main(server, env, tmp_path):
@@ -346,19 +348,20 @@ def test_a_host_server_replaces_a_stale_socket_and_sigterm_ends_it_with_its_task
     stale = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
     stale.bind(path)  # what a server killed by SIGKILL leaves
     stale.close()
-    monkeypatch.setattr(fork_client, "_SHARED", {})
+    monkeypatch.setattr(fork_starter, "_SHARED", {})
     notes = []
     process = fork_client.start_host_server(path, env)
     try:
-        client = fork_client.shared_server(dict(env, **{fork_client.HOST_SERVER_ENV: path}), note=notes.append)
+        client = fork_starter.shared_server(dict(env, **{fork_client.HOST_SERVER_ENV: path}), note=notes.append)
         task = client.spawn([sys.executable, PROBE, "sleep"], env=env, stdout=subprocess.PIPE)
         seen = json.loads(task.stdout.readline())
         assert seen["ppid"] == process.pid == client.pid, seen
-        assert task.server_gone is None
+        assert task.lost_with is None
     finally:
         code = fork_client.stop_host_server(process)
     assert code == 128 + signal.SIGTERM and not os.path.exists(path)
-    assert task.wait(timeout=BOUND_SECS) == -signal.SIGKILL and task.server_gone == path
+    assert task.wait(timeout=BOUND_SECS) == -signal.SIGKILL and task.server_name == path
+    assert task.lost_with == f"its fork server, {path}, which has gone"
     task.stdout.close()
     client.close()
     assert notes == [f"fork server: {path} has gone, and the tasks it forked with it"], notes

@@ -8,9 +8,9 @@ import sys
 
 import pytest
 
+from ps_toolkit.backends import kubernetes
 from ps_toolkit.base.errors import ConfigError
 from ps_toolkit.cluster.config import ClusterConfig
-from ps_toolkit.deploy import kubernetes
 from tests.taskrun import REPO
 from tests.test_k8s_cluster import operator_tf_config
 

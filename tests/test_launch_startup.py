@@ -1,4 +1,4 @@
-"""The launcher's start-up: the fork server started before its own imports, the chart's warm-up, the fast exit."""
+"""The launcher's start-up: its fork server started right after parsing, the chart's warm-up, the fast exit."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import pytest
 
 from ps_toolkit.launch import task_plan
 from ps_toolkit.network import netns
-from ps_toolkit.process import fork_client
+from ps_toolkit.process import fork_client, fork_starter
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 LAUNCHER = os.path.join(ROOT, "scripts", "launch_local.py")
@@ -22,25 +22,39 @@ WAIT_SECS = 120
 pytestmark = pytest.mark.timeout(300)
 
 
+def _starts_a_server_after_parsing(args: list[str], cwd) -> bool:
+    """Whether launch_local's flag parser, given ``args``, starts the launch's fork server (recorded, not run)."""
+    code = (
+        "import sys\n"
+        "from ps_toolkit.process import fork_starter\n"
+        "from ps_toolkit.tools import launch_local\n"
+        "started = []\n"
+        "fork_starter.shared_server = lambda env, *rest, **kw: started.append(env)\n"
+        "launch_local._parse(['launch_local.py', *sys.argv[1:]])\n"
+        "print(len(started))\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code, *args], capture_output=True, text=True, timeout=BOUND_SECS, cwd=cwd
+    )
+    assert done.returncode == 0, done.stderr
+    return done.stdout.strip() == "1"
+
+
 @pytest.mark.parametrize(
     ("args", "forks"),
     [
         ([], True),
-        (["--train_steps=50", "--quiet"], True),
-        (["--start_method=fork"], True),
         (["--start_method=exec"], False),
-        (["--start_method", "exec"], False),
-        (["-start_method=exec"], False),
         (["--start_method=exec", "--start_method=fork"], True),
-        (["--help"], False),
-        (["--helpfull"], False),
-        (["--flagfile=f.cfg"], False),
+        (["--flagfile=exec.cfg"], False),
+        (["--backend=ray"], False),
         (["--", sys.executable, "my_script.py"], False),
         (["--log_dir=--start_method=exec"], True),
     ],
 )
-def test_the_launcher_knows_before_parsing_its_flags_whether_it_forks_its_tasks(args, forks):
-    assert fork_client.launch_forks_tasks(["launch_local.py", *args]) is forks
+def test_the_launcher_starts_its_fork_server_right_after_parsing_when_its_tasks_are_forked(args, forks, tmp_path):
+    (tmp_path / "exec.cfg").write_text("--start_method=exec\n")
+    assert _starts_a_server_after_parsing(args, tmp_path) is forks
 
 
 def test_the_server_started_early_is_the_one_the_tasks_are_forked_from(own_fork_server, monkeypatch):
@@ -56,14 +70,14 @@ def test_the_server_started_early_is_the_one_the_tasks_are_forked_from(own_fork_
         def close(self):
             pass
 
-    monkeypatch.setattr(fork_client, "ForkServer", Recorder)
-    monkeypatch.setattr(fork_client, "_SHARED", {})
-    early = fork_client.shared_server(task_plan.task_env())  # what launch_local.py does first
+    monkeypatch.setattr(fork_starter, "ForkServer", Recorder)
+    monkeypatch.setattr(fork_starter, "_SHARED", {})
+    early = fork_starter.shared_server(task_plan.task_env())  # what launch_local.py does after parsing
     # What the launcher does later: the isolation's variable added, TF_CONFIG per task.
     base_env = task_plan.task_env({netns.PRIVATE_NETWORK_ENV: "1"})
     jobs = task_plan.Topology(num_ps=1, num_workers=2).jobs_for_ports([1, 2, 3])
     plans = task_plan.plan_tasks(jobs, task_plan.default_command([]), base_env=base_env)
-    assert all(fork_client.shared_server(plan.env) is early for plan in plans)
+    assert all(fork_starter.shared_server(plan.env) is early for plan in plans)
     assert len(started) == 1
 
 

@@ -7,10 +7,10 @@ import json
 
 import pytest
 
+from ps_toolkit.backends.local import LaunchOptions
 from ps_toolkit.base.errors import ConfigError
 from ps_toolkit.launch.charts import write_progress_chart
 from ps_toolkit.launch.drills import DrillSchedule, parse_kill
-from ps_toolkit.launch.launcher import LaunchOptions
 from ps_toolkit.launch.policy import Policy
 from ps_toolkit.launch.status import Console, StepRate, SummaryRow, status_text, summary_table
 from ps_toolkit.launch.task_output import TaskOutput, parse_progress, parse_result

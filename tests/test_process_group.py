@@ -11,8 +11,8 @@ import psutil
 import pytest
 
 from ps_toolkit.process import lifecycle
-from ps_toolkit.process.fork_client import TaskStarter
 from ps_toolkit.process.group import ProcessGroup
+from ps_toolkit.process.starter import ExecStarter, make_starter
 
 # A child that starts a grandchild, prints the grandchild's pid, and waits forever.
 _WITH_GRANDCHILD = (
@@ -31,7 +31,7 @@ _FOREVER = "import threading; threading.Event().wait()"
 
 
 def _group(**kwargs) -> ProcessGroup:
-    return ProcessGroup(TaskStarter("exec"), **kwargs)
+    return ProcessGroup(ExecStarter(), **kwargs)
 
 
 def _start(group: ProcessGroup, name: str, code: str, stdout=subprocess.DEVNULL):
@@ -217,3 +217,33 @@ def test_waiting_on_one_process_while_another_has_exited_costs_no_cpu():
         assert codes == {"forever": None}
         assert time.process_time() - cpu_before < 0.3
         assert group.poll(0) == ["early"], "the exit is still reported, once"
+
+
+class _RecordingStarter:
+    """A starter of a user's own (starter.TaskStarter): execs each command and records what it was asked."""
+
+    def __init__(self):
+        self.started = []
+        self._exec = ExecStarter()
+
+    def start(self, argv, *, env, stdout, stderr, cwd=None, text=False):
+        self.started.append(list(argv))
+        return self._exec.start(argv, env=env, stdout=stdout, stderr=stderr, cwd=cwd, text=text)
+
+
+def test_the_group_starts_and_reaps_through_any_starter_and_its_handles_say_what_ended_them():
+    starter = _RecordingStarter()
+    with ProcessGroup(starter, stop_grace_secs=0.0) as group:
+        proc = _start(group, "task:0", "raise SystemExit(3)")
+        _poll_until(group, "task:0")
+        assert group.returncode("task:0") == 3
+        # Nothing but the task itself ends an exec'd task.
+        assert proc.lost_with is None
+    assert starter.started == [[sys.executable, "-c", "raise SystemExit(3)"]]
+
+
+def test_make_starter_names_the_two_start_methods_and_refuses_others():
+    assert isinstance(make_starter("exec"), ExecStarter)
+    assert make_starter("fork").method == "fork"
+    with pytest.raises(ValueError, match="start method 'spawn'; valid: fork, exec"):
+        make_starter("spawn")

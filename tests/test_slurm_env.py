@@ -8,9 +8,9 @@ import sys
 
 import pytest
 
+from ps_toolkit.backends import slurm as slurm_job
 from ps_toolkit.base.errors import ConfigError
 from ps_toolkit.cluster import slurm
-from ps_toolkit.deploy import slurm_job
 from tests.taskrun import REPO, RUN_TASK
 
 MAKE_SLURM_JOB = os.path.join(REPO, "scripts", "make_slurm_job.py")

@@ -2,8 +2,8 @@
 
 import io
 
-from ps_toolkit.launch import spark_launcher
-from ps_toolkit.launch.launcher import LaunchOptions
+from ps_toolkit.backends.local import LaunchOptions
+from ps_toolkit.backends.spark import launcher as spark_launcher
 from ps_toolkit.launch.status import Console
 from ps_toolkit.launch.task_plan import Topology
 

@@ -16,8 +16,8 @@ import pytest
 from fixtures_legacy.launch import RUN_LEGACY, launch, legacy
 from taskrun import REPO, loopback_hosts, run_script
 
-from ps_toolkit.process.fork_client import TaskStarter
 from ps_toolkit.process.group import ProcessGroup
+from ps_toolkit.process.starter import make_starter
 from ps_toolkit_compat.tfra import install, refused
 
 FIXTURES = os.path.join(os.path.dirname(os.path.abspath(__file__)), "fixtures_legacy")
@@ -208,7 +208,7 @@ def test_tfra_ps_script_runs_unchanged_started_by_hand(tmp_path):
     env = {k: v for k, v in os.environ.items() if k != "TF_CONFIG"}
     env.update(QUIET, PYTHONUNBUFFERED="1")
     outputs = {}
-    with reservation, ProcessGroup(TaskStarter("fork"), stop_grace_secs=0.0) as group:
+    with reservation, ProcessGroup(make_starter("fork"), stop_grace_secs=0.0) as group:
         for name, flags in tasks.items():
             outputs[name] = []
             command = [sys.executable, RUN_LEGACY, PS_SCRIPT, *common, *flags]

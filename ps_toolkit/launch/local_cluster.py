@@ -21,8 +21,8 @@ from ps_toolkit.launch.ports import reserve_ports
 from ps_toolkit.launch.task_output import LOG, TaskOutput
 from ps_toolkit.launch.task_plan import TaskPlan, Topology, default_command, plan_tasks, task_env
 from ps_toolkit.process import stack_dump
-from ps_toolkit.process.fork_client import TaskStarter
 from ps_toolkit.process.group import ProcessGroup
+from ps_toolkit.process.starter import make_starter
 
 _TAIL_BYTES = 4096
 
@@ -51,7 +51,7 @@ class LocalCluster:
     (and ``--checkpoint_dir=<log_dir>/checkpoints`` unless they name one);
     with it, ``command`` plus the cluster flags, with TF_CONFIG set. ``start_method``
     "fork" (the default) forks the toolkit's task scripts from this process's fork
-    server (ps_toolkit.process.fork_client), "exec" starts each task as a fresh process.
+    server (ps_toolkit.process.fork_starter), "exec" starts each task as a fresh process.
     """
 
     def __init__(
@@ -77,7 +77,7 @@ class LocalCluster:
         self._env = env
         self._chief_role, self._task_args = chief_role, task_args  # as the launcher's (task_plan.plan_tasks)
         # Every task's process, under its name 'job:index'.
-        self._group = ProcessGroup(TaskStarter(start_method), stop_grace_secs=stop_grace_secs)
+        self._group = ProcessGroup(make_starter(start_method), stop_grace_secs=stop_grace_secs)
         self._reservation = None
         self._plans: dict[str, TaskPlan] = {}
         self.restarts: dict[str, int] = {}

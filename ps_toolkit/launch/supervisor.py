@@ -12,7 +12,6 @@ failure, scheduled SIGKILL drills, and teardown of everything still running once
 
 from __future__ import annotations
 
-import dataclasses
 import errno
 import os
 import signal
@@ -22,6 +21,7 @@ from collections.abc import Callable, Sequence
 from ps_toolkit.base.errors import EXIT_CONFIG, EXIT_ENVIRONMENT, EXIT_PORT_IN_USE
 from ps_toolkit.cluster.config import CHIEF, PS, WORKER
 from ps_toolkit.launch import verdict
+from ps_toolkit.launch.attempt_records import LogFolderWarning, Outcome, TaskRecord, open_log
 from ps_toolkit.launch.drills import DrillSchedule
 from ps_toolkit.launch.policy import Policy
 from ps_toolkit.launch.status import (
@@ -33,11 +33,11 @@ from ps_toolkit.launch.status import (
     status_text,
     write_pids,
 )
-from ps_toolkit.launch.task_output import LogTail, TaskOutput
+from ps_toolkit.launch.task_output import TaskOutput
 from ps_toolkit.launch.task_plan import TaskPlan
 from ps_toolkit.process import lifecycle, stack_dump
-from ps_toolkit.process.fork_client import ForkedProcess, TaskStarter
 from ps_toolkit.process.group import ProcessGroup
+from ps_toolkit.process.starter import TaskStarter, make_starter
 
 # How often the event loop reads the tasks' new log lines (the console's echo lags by at most this).
 TAIL_SECS = 0.2
@@ -45,64 +45,7 @@ TAIL_SECS = 0.2
 _SPACE_CHECK_SECS = 1.0
 
 
-@dataclasses.dataclass
-class Outcome:
-    """How one attempt ended. ``failed_task`` names the task that decided a failure."""
-
-    succeeded: bool = False
-    message: str = ""
-    exit_code: int = 0
-    port_conflict: bool = False
-    rows: list = dataclasses.field(default_factory=list)
-    outputs: dict = dataclasses.field(default_factory=dict)
-
-
-class LogFolderWarning:
-    """Says once per run, on the console, that the log folder cannot be written (full disk, say).
-
-    Task output and the launcher's notes that do not fit are lost; the run goes on.
-    """
-
-    def __init__(self, log_dir: str, line: Callable[[str], None]):
-        self._log_dir, self._line = log_dir, line
-        self.given = False
-
-    def __call__(self, err: OSError) -> None:
-        if not self.given:
-            self.given = True
-            self._line(
-                f"launcher: warning: cannot write to the log folder {self._log_dir} ({err.strerror or err}): "
-                "task output that does not fit is lost; the run goes on"
-            )
-
-
-def _open_log(path: str, warn: LogFolderWarning):
-    """The log file a task writes (unbuffered, appended to); /dev/null when it cannot be opened."""
-    try:
-        return open(path, "ab", buffering=0)  # noqa: SIM115 - TaskOutput closes it
-    except OSError as err:
-        warn(err)
-        return open(os.devnull, "ab", buffering=0)  # noqa: SIM115
-
-
-class _Task:
-    """A task's history across restarts; its process is in the Supervisor's ProcessGroup, under ``plan.name``."""
-
-    def __init__(self, plan: TaskPlan, output: TaskOutput, log, log_path: str):
-        self.plan, self.output, self.log_path = plan, output, log_path
-        self.log = log  # the task's stdout and stderr
-        self.tail = LogTail(log.name, output)
-        self.state = "pending"
-        self.restarts = 0
-        self.run_secs = 0.0
-        self.started_at = 0.0
-        self.stop_requested = False
-        self.drill_killed = False
-        self.failure: str | None = None  # why it failed for good, as the verdict names it
-        self.exit_code = 0
-
-
-class Supervisor:
+class ClusterSupervisor:
     """Watches the tasks of one cluster attempt until the run is decided and torn down."""
 
     def __init__(
@@ -119,19 +62,19 @@ class Supervisor:
     ):
         self._policy = policy
         self._console = console
-        # Starts (and restarts) each task: forked from a fork server, or exec'd (fork_client). Each pid
+        # Starts (and restarts) each task through any starter.TaskStarter (fork server or exec). Each pid
         # (its session) goes to ``on_start`` once it runs: a reaper that outlives this process kills the sessions.
         # Stops ask for the policy's grace themselves; what close() sweeps up at the end gets none.
-        self._group = ProcessGroup(starter or TaskStarter(note=console.line), stop_grace_secs=0.0, on_start=on_start)
-        self._tasks: dict[str, _Task] = {}
+        self._group = ProcessGroup(starter or make_starter(note=console.line), stop_grace_secs=0.0, on_start=on_start)
+        self._tasks: dict[str, TaskRecord] = {}
         self._log_dir = log_dir
         self._log_warning = log_warning or LogFolderWarning(log_dir, console.line)
         echo = None if quiet else console.line
         for plan in plans:
             path = os.path.join(log_dir, f"{plan.job}-{plan.index}.log")
-            log = _open_log(path, self._log_warning)
+            log = open_log(path, self._log_warning)
             output = TaskOutput(plan.name, log, echo, tailed=True, on_log_error=self._log_warning)
-            self._tasks[plan.name] = _Task(plan, output, log, path)
+            self._tasks[plan.name] = TaskRecord(plan, output, log, path)
         self._space_checked_at = float("-inf")
         self._outcome: Outcome | None = None
         self._restarts_allowed = True
@@ -210,7 +153,7 @@ class Supervisor:
         )
         self._outcome = Outcome(ok, message, code)
 
-    def _chief(self) -> _Task:
+    def _chief(self) -> TaskRecord:
         return self._tasks.get(f"{CHIEF}:0") or self._tasks[f"{WORKER}:0"]
 
     def _decide(self, succeeded: bool, message: str, exit_code: int, *, port_conflict=False) -> None:
@@ -252,13 +195,13 @@ class Supervisor:
         self._interrupted = True
 
     @staticmethod
-    def _alive(task: _Task) -> bool:
+    def _alive(task: TaskRecord) -> bool:
         """Started and its exit not handled yet: a task leaves "running" only in _on_exit, so every exit
         the group reports is handled before the run counts the task as ended."""
         return task.state == "running"
 
     # Task life cycle.
-    def _start(self, task: _Task) -> None:
+    def _start(self, task: TaskRecord) -> None:
         task.output.note(f"{'start' if task.restarts == 0 else f'restart {task.restarts}'}: {' '.join(task.plan.argv)}")
         try:
             self._group.start(task.plan.name, task.plan.argv, env=task.plan.env, stdout=task.log, stderr=task.log)
@@ -271,51 +214,74 @@ class Supervisor:
         running = [name for name, each in self._tasks.items() if each.state == "running"]
         write_pids(self._log_dir, {name: self._group.process(name).pid for name in running}, self._log_warning)
 
-    def _on_exit(self, task: _Task) -> None:
+    def _on_exit(self, task: TaskRecord) -> None:
+        """A task's process has ended: one of four named decisions settles what that means."""
         self._release(task)
         code = self._group.returncode(task.plan.name)
-        name, policy = task.plan.name, self._policy
         if task.stop_requested:
             task.state = "stopped"
-            return
-        if code == 0:
+        elif code == 0:
             task.state = "finished"
             self._check_success()
-            return
-        task.state = "failed"
-        if code == EXIT_PORT_IN_USE and policy.retry_port_conflicts and self._restarts_allowed:
-            self._decide(False, f"{name}: port of {task.plan.address} was taken", code, port_conflict=True)
-            return
-        if (
+        else:
+            task.state = "failed"
+            if self._is_port_conflict(code):
+                taken = f"{task.plan.name}: port of {task.plan.address} was taken"
+                self._decide(False, taken, code, port_conflict=True)
+            elif self._may_restart(task, code):
+                self._restart(task, code)
+            else:
+                self._fail_for_good(task, code)
+
+    def _is_port_conflict(self, code: int) -> bool:
+        """The task could not bind its port, and the launch retries the whole attempt on fresh ports."""
+        return code == EXIT_PORT_IN_USE and self._policy.retry_port_conflicts and self._restarts_allowed
+
+    def _may_restart(self, task: TaskRecord, code: int) -> bool:
+        """--restart=on-failure, budget left, and a status that a restart can change (not bad input)."""
+        policy = self._policy
+        return (
             self._restarts_allowed
             and policy.restart == "on-failure"
             and task.restarts < policy.max_restarts
             and code not in (EXIT_CONFIG, EXIT_ENVIRONMENT)
-        ):
-            task.restarts += 1
-            self._console.line(
-                f"launcher: {name} {describe_exit(code, task.drill_killed)}; "
-                f"restarting it on {task.plan.address} ({task.restarts}/{policy.max_restarts})"
-            )
-            task.drill_killed = False
-            self._start(task)
-            return
-        tail = "\n".join(f"    {line}" for line in task.output.tail)
-        budget = ""
-        if policy.restart == "on-failure" and code in (EXIT_CONFIG, EXIT_ENVIRONMENT):
-            budget = " (not restarted: a permanent status)"
-        elif policy.restart == "on-failure" and task.restarts >= policy.max_restarts:
-            budget = f" (restart budget spent: {task.restarts}/{policy.max_restarts} restarts used)"
-        # A task killed with its fork server is not the cause, and its log does not say what is.
-        process = self._group.process(name)
-        server_gone = process.server_gone if isinstance(process, ForkedProcess) and code < 0 else None
-        if server_gone:
-            where = f" with its fork server, {server_gone}, which has gone; every log is in {self._log_dir}"
-        else:
-            where = f"; last lines of {task.log_path}:\n{tail}"
-        task.failure = f"{name} ({task.plan.address}) {describe_exit(code, task.drill_killed)}{budget}{where}"
+        )
+
+    def _restart(self, task: TaskRecord, code: int) -> None:
+        task.restarts += 1
+        self._console.line(
+            f"launcher: {task.plan.name} {describe_exit(code, task.drill_killed)}; "
+            f"restarting it on {task.plan.address} ({task.restarts}/{self._policy.max_restarts})"
+        )
+        task.drill_killed = False
+        self._start(task)
+
+    def _fail_for_good(self, task: TaskRecord, code: int) -> None:
+        """The run fails with this task: why (and why it was not restarted), and where to look."""
+        exit_text = describe_exit(code, task.drill_killed)
+        where = self._where_to_look(task, code)
+        task.failure = f"{task.plan.name} ({task.plan.address}) {exit_text}{self._no_restart_note(task, code)}{where}"
         task.exit_code = code if code > 0 else 1
         self._decide(False, task.failure, task.exit_code)
+
+    def _no_restart_note(self, task: TaskRecord, code: int) -> str:
+        policy = self._policy
+        if policy.restart != "on-failure":
+            return ""
+        if code in (EXIT_CONFIG, EXIT_ENVIRONMENT):
+            return " (not restarted: a permanent status)"
+        if task.restarts >= policy.max_restarts:
+            return f" (restart budget spent: {task.restarts}/{policy.max_restarts} restarts used)"
+        return ""
+
+    def _where_to_look(self, task: TaskRecord, code: int) -> str:
+        """The task's last log lines; for a task killed with what started it (its fork server, gone), not
+        those (it is not the cause, and its log does not say what is) but where every log is."""
+        lost_with = self._group.process(task.plan.name).lost_with if code < 0 else None
+        if lost_with:
+            return f" with {lost_with}; every log is in {self._log_dir}"
+        tail = "\n".join(f"    {line}" for line in task.output.tail)
+        return f"; last lines of {task.log_path}:\n{tail}"
 
     def _check_success(self) -> None:
         replicas = [t for t in self._tasks.values() if t.plan.job in (CHIEF, WORKER)]
@@ -327,12 +293,12 @@ class Supervisor:
         if chief.state == "finished":
             self._decide(True, f"the chief ({chief.plan.name}) finished with status 0", 0)
 
-    def _release(self, task: _Task) -> None:
+    def _release(self, task: TaskRecord) -> None:
         """Counts an exited task's run time and reads what it wrote last (its tail of the log)."""
         task.run_secs += time.monotonic() - task.started_at
         task.tail.pump()
 
-    def _stop(self, tasks: list[_Task]) -> None:
+    def _stop(self, tasks: list[TaskRecord]) -> None:
         if not tasks:
             return
         for task in tasks:
@@ -390,7 +356,7 @@ class Supervisor:
         )
         self._console.status(text, now)
 
-    def _row(self, task: _Task) -> SummaryRow:
+    def _row(self, task: TaskRecord) -> SummaryRow:
         code = self._group.returncode(task.plan.name)
         return SummaryRow(
             task=task.plan.name,

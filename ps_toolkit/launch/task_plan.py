@@ -25,7 +25,7 @@ from collections.abc import Mapping, Sequence
 from ps_toolkit.base.errors import ConfigError
 from ps_toolkit.base.progress_lines import CLUSTER_ARGS_ENV
 from ps_toolkit.cluster.config import CHIEF, EVALUATOR, PS, WORKER, ClusterConfig, parse_host_list
-from ps_toolkit.process.fork_client import RUN_TASK_MODULE, RUN_TASK_SCRIPT  # the per-task entry point
+from ps_toolkit.process import task_entries
 
 LOCALHOST = "localhost"
 # Jobs in the order their tasks are started: servers first.
@@ -112,11 +112,12 @@ class TaskPlan:
 
 
 def default_command(train_args: Sequence[str] = ()) -> list[str]:
-    """``python scripts/run_task.py`` with the given training flags; installed without a checkout,
-    ``python -m ps_toolkit.tools.run_task``."""
-    if os.path.isfile(RUN_TASK_SCRIPT):
-        return [sys.executable, RUN_TASK_SCRIPT, *train_args]
-    return [sys.executable, "-m", RUN_TASK_MODULE, *train_args]
+    """The default task entry (task_entries: the toolkit's run_task) with the given training flags: its script
+    in a checkout, ``python -m`` its module when installed without one."""
+    entry = task_entries.default_entry()
+    if os.path.isfile(entry.script):
+        return [sys.executable, entry.script, *train_args]
+    return [sys.executable, "-m", entry.module, *train_args]
 
 
 def check_task_args(task_args: str | None) -> None:

@@ -3,7 +3,7 @@
 A chief that exits 0 is not enough: an old script whose chief branch did
 nothing (a role it did not know, a server started and left) returns 0 at once
 while its workers fail or never train. ``confirm`` turns such a run into a
-failure that names the task and its last lines. The launcher's Supervisor and
+failure that names the task and its last lines. The launcher's ClusterSupervisor and
 ``LocalCluster.verdict`` both use it, so the rule is one rule.
 
 Evidence that training happened, from any training task's output

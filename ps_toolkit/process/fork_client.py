@@ -1,4 +1,4 @@
-"""Starting tasks from a fork server (``process.fork_server``): handles that behave like ``subprocess.Popen``.
+"""The client of a fork server (``process.fork_server``): starts or connects to one, and forks tasks from it.
 
     server = ForkServer(env)                     # starts the server; its imports run meanwhile
     proc = server.spawn([sys.executable, "scripts/run_task.py", ...], env=env, stdout=subprocess.PIPE)
@@ -10,19 +10,15 @@ own session), so everything that signals a Popen's pid or process group, opens
 a pidfd on it or walks its tree with psutil works unchanged. Its exit status
 comes from the server, which reaps it.
 
-``TaskStarter`` is what launchers use: the toolkit's own task scripts
-(``forkable``) are forked from a server shared by this process; every other
-command, and every task when the server refused or could not start, is
-started with exec (``lifecycle.spawn``), with one line saying why.
+The starter launchers use is ``fork_starter.ForkStarter`` (behind the
+``starter.TaskStarter`` interface); ``ForkedProcess`` is in ``forked_process``.
 """
 
 from __future__ import annotations
 
-import atexit
 import contextlib
 import os
 import select
-import shutil
 import socket
 import subprocess
 import sys
@@ -31,18 +27,11 @@ import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 
-from ps_toolkit.base import paths, tf_import
+from ps_toolkit.base import paths
 from ps_toolkit.base.paths import PACKAGE_PARENT
 from ps_toolkit.process import fork_protocol, lifecycle, server_trust
+from ps_toolkit.process.forked_process import STATUS_TIMEOUT_SECS, ForkedProcess, open_reader
 
-# Commands a fork server runs: the toolkit's task entry and the legacy-script runner.
-RUN_TASK_SCRIPT = os.path.join(PACKAGE_PARENT, "scripts", "run_task.py")
-RUN_LEGACY_SCRIPT = os.path.join(PACKAGE_PARENT, "scripts", "run_legacy.py")
-FORKABLE_SCRIPTS = (RUN_TASK_SCRIPT, RUN_LEGACY_SCRIPT)
-RUN_TASK_MODULE = "ps_toolkit.tools.run_task"
-RUN_LEGACY_MODULE = "ps_toolkit_compat.run_legacy"
-FORKABLE_MODULES = (RUN_TASK_MODULE, RUN_LEGACY_MODULE)
-START_METHODS = ("fork", "exec")
 # Names the host's fork server (``fork_server --listen PATH``): launches connect to it
 # instead of starting a server of their own.
 HOST_SERVER_ENV = "PS_TOOLKIT_FORK_SERVER"
@@ -50,60 +39,12 @@ HOST_SERVER_ENV = "PS_TOOLKIT_FORK_SERVER"
 READY_TIMEOUT_SECS = 120.0
 # A host's server answers a connection at once, even while it imports; one silent this long is bypassed.
 HOST_ANSWER_SECS = 3.0
-# A child's exit status follows its exit at once; this only bounds a stuck server.
-_STATUS_TIMEOUT_SECS = 10.0
 _CLOSE_TIMEOUT_SECS = 10.0
 _PUMP_SECS = 0.5
 
 
 class ForkUnavailable(RuntimeError):
     """The fork server refused (TensorFlow's runtime had started in it) or could not start or answer."""
-
-
-def forkable(argv: Sequence[str], env: Mapping[str, str]) -> bool:
-    """Whether ``argv`` is ``python SCRIPT ...`` or ``python -m MODULE ...`` with this interpreter and
-    one of the toolkit's task entries.
-
-    The server imports TensorFlow with the legacy Keras unless ``env`` says otherwise
-    (tf_import), as run_task.py does; run_legacy.py always wants it, so with the
-    modern Keras chosen it is exec'd.
-    """
-    if len(argv) < 2 or os.path.realpath(_command_file(argv[0], env)) != os.path.realpath(sys.executable):
-        return False
-    if argv[1] == "-m":
-        entry, legacy, known = (argv[2] if len(argv) > 2 else ""), RUN_LEGACY_MODULE, FORKABLE_MODULES
-    else:
-        entry, legacy, known = os.path.realpath(argv[1]), RUN_LEGACY_SCRIPT, FORKABLE_SCRIPTS
-    if entry == legacy and env.get(tf_import.LEGACY_KERAS_ENV, "1") != "1":
-        return False
-    return entry in known
-
-
-def _command_file(name: str, env: Mapping[str, str]) -> str:
-    """The file a command runs: ``name`` itself when it is a path, else the first match on the task's PATH
-    (``python scripts/run_legacy.py`` as the README writes it is this interpreter when PATH says so)."""
-    if os.sep in name:
-        return name
-    return shutil.which(name, path=env.get("PATH", os.defpath)) or name
-
-
-_HELP_ARGS = ("--help", "-help", "-h", "-?", "--helpfull", "-helpfull", "--helpshort", "--helpxml")
-
-
-def launch_forks_tasks(argv: Sequence[str]) -> bool:
-    """Whether ``scripts/launch_local.py`` with these arguments forks run_task.py tasks from a fork server,
-    judged before its flags are parsed (so that it can start the server first): no command after --, no
-    help asked, --start_method not exec, no --flagfile (whose flags cannot be seen here)."""
-    if "--" in argv:
-        return False
-    method = "fork"
-    for position, arg in enumerate(argv[1:], start=1):
-        name, equals, value = arg.lstrip("-").partition("=")
-        if arg in _HELP_ARGS or name == "flagfile":
-            return False
-        if arg.startswith("-") and name == "start_method":
-            method = value if equals else (argv[position + 1] if position + 1 < len(argv) else "")
-    return method == "fork"
 
 
 class ForkServer:
@@ -240,7 +181,7 @@ class ForkServer:
         finally:
             for fd in to_close:
                 os.close(fd)
-        streams = {name: _open_reader(fd, text) for name, fd in readers.items()}
+        streams = {name: open_reader(fd, text) for name, fd in readers.items()}
         return ForkedProcess(self, reply["pid"], list(argv), streams.get("stdout"), streams.get("stderr"))
 
     def close(self) -> None:
@@ -271,7 +212,7 @@ class ForkServer:
             socket.send_fds(self._sock, [fork_protocol.encode({"id": request_id, **request})], fds)
         except (OSError, AttributeError) as err:
             self._fail(f"the fork server cannot be reached: {err}")
-        deadline = time.monotonic() + _STATUS_TIMEOUT_SECS
+        deadline = time.monotonic() + STATUS_TIMEOUT_SECS
         while request_id not in self._replies:
             if time.monotonic() >= deadline:
                 self._fail("the fork server did not answer a fork request")
@@ -388,173 +329,6 @@ def _shown(value: str | None) -> str:
     return "unset" if value is None else repr(value)
 
 
-def _open_reader(fd: int, text: bool):
-    if text:
-        return open(fd, encoding="utf-8", errors="replace")  # noqa: SIM115 - the caller closes it
-    return open(fd, "rb")  # noqa: SIM115
-
-
-class ForkedProcess:
-    """A task forked by a fork server, with the parts of ``subprocess.Popen`` that launchers use."""
-
-    def __init__(self, server: ForkServer, pid: int, args: list, stdout, stderr):
-        self._server = server
-        self.pid, self.args, self.stdout, self.stderr = pid, args, stdout, stderr
-        self.stdin = None
-        self.returncode: int | None = None
-        try:
-            self._pidfd: int | None = os.pidfd_open(pid)
-        except OSError:
-            self._pidfd = None  # already reaped by the server: its status is on the way
-
-    @property
-    def server_gone(self) -> str | None:
-        """When the fork server that forked this task has gone (taking its tasks with it): which one."""
-        if self._server.alive:
-            return None
-        return self._server.address or f"the launch's own (pid {self._server.pid})"
-
-    def poll(self) -> int | None:
-        if self.returncode is None:
-            self._settle(0.0)
-        return self.returncode
-
-    def wait(self, timeout: float | None = None) -> int:
-        deadline = None if timeout is None else time.monotonic() + timeout
-        while self.returncode is None:
-            step = 1.0 if deadline is None else max(0.0, deadline - time.monotonic())
-            self._settle(min(step, 1.0))
-            if self.returncode is None and deadline is not None and time.monotonic() >= deadline:
-                raise subprocess.TimeoutExpired(self.args, timeout)
-        return self.returncode
-
-    def send_signal(self, sig: int) -> None:
-        if self.poll() is None:
-            os.kill(self.pid, sig)
-
-    def terminate(self) -> None:
-        self.send_signal(15)
-
-    def kill(self) -> None:
-        self.send_signal(9)
-
-    def _settle(self, wait_secs: float) -> None:
-        """Sets ``returncode`` once the task has exited; waits at most ``wait_secs`` for the exit itself."""
-        if not self._exited(wait_secs):
-            code = self._server.status(self.pid, time.monotonic())
-            if code is not None:
-                self._record(code)
-            return
-        # It has exited: the server reaps it and reports its status right away.
-        code = self._server.status(self.pid, time.monotonic() + _STATUS_TIMEOUT_SECS)
-        # No report (the server itself died, taking its tasks with it): a SIGKILL is what ended it.
-        self._record(-9 if code is None else code)
-
-    def _exited(self, wait_secs: float) -> bool:
-        if self._pidfd is None:
-            return True
-        ready, _, _ = select.select([self._pidfd], [], [], wait_secs)
-        return bool(ready)
-
-    def _record(self, code: int) -> None:
-        self.returncode = code
-        if self._pidfd is not None:
-            os.close(self._pidfd)
-            self._pidfd = None
-
-    def __del__(self):
-        if getattr(self, "_pidfd", None) is not None:
-            os.close(self._pidfd)
-
-
-class TaskStarter:
-    """Starts tasks by fork where it can, else by exec; ``note`` receives the one line a fallback prints.
-
-    Example:
-        starter = TaskStarter("fork", note=console.line)
-        proc = starter.start(plan.argv, env=plan.env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-    """
-
-    def __init__(self, method: str = "fork", note: Callable[[str], None] | None = None, preload: Sequence[str] = ()):
-        if method not in START_METHODS:
-            raise ValueError(f"start method {method!r}; valid: {', '.join(START_METHODS)}")
-        self.method = method
-        self._note = note or (lambda line: print(line, file=sys.stderr))
-        self._preload = tuple(preload)
-
-    def start(self, argv: Sequence[str], *, env: Mapping[str, str], stdout, stderr, cwd: str | None = None, text=False):
-        if self.method == "fork" and forkable(argv, env):
-            server = shared_server(env, self._preload, self._note)
-            if server is not None:
-                if server.importing():  # the wait that follows is seconds of silence otherwise
-                    _note_once(
-                        self._note, "fork server: importing TensorFlow once for all the tasks; they start after it"
-                    )
-                try:
-                    process = server.spawn(argv, env=env, stdout=stdout, stderr=stderr, cwd=cwd, text=text)
-                except ForkUnavailable as err:
-                    self._refused(err)
-                else:
-                    if server.address is not None:  # said once the first task runs: a refused launch starts none
-                        _note_once(
-                            self._note, f"fork server: the tasks are forked from the host's server at {server.address}"
-                        )
-                    return process
-        return lifecycle.spawn(argv, env=env, stdout=stdout, stderr=stderr, cwd=cwd, text=text)
-
-    def _refused(self, err: ForkUnavailable) -> None:
-        _note_once(self._note, f"fork server: {err}; starting the toolkit's tasks with exec instead")
-
-
-# This process's shared servers, one per import-time environment (see import_key) and PYTHONPATH,
-# and the refusals already reported (one line each).
-_SHARED: dict[tuple, ForkServer] = {}
-_SHARED_LOCK = threading.Lock()
-_NOTED: set[str] = set()
-
-
-def shared_server(
-    env: Mapping[str, str], preload: Sequence[str] = (), note: Callable[[str], None] | None = None
-) -> ForkServer | None:
-    """This process's fork server for ``env`` (made on first use); a refused one is kept, to fail fast.
-
-    It is the host's server named by ``env[PS_TOOLKIT_FORK_SERVER]`` when that one is
-    there and imported under the same environment; otherwise (said once, through
-    ``note``) a server of this process's own.
-    """
-    # A server of this process's own is imported under its first task's PYTHONPATH: one per PYTHONPATH.
-    key = (fork_protocol.import_key(env), env.get("PYTHONPATH", ""), tuple(preload))
-    with _SHARED_LOCK:
-        server = _SHARED.get(key)
-        if server is not None and server.refusal is None and not server.alive:
-            server.close()
-            server = None
-        if server is None:
-            server = _SHARED[key] = _new_server(env, preload, note)
-    return server
-
-
-def _new_server(env: Mapping[str, str], preload: Sequence[str], note: Callable[[str], None] | None) -> ForkServer:
-    # A path written with ~ in a configuration file reaches here unexpanded.
-    address = os.path.expanduser(env.get(HOST_SERVER_ENV, ""))
-    if address and not preload:
-        host = ForkServer(env, address=address)
-        try:
-            host.wait_ready()  # a host's server still importing is waited for, as a launch's own would be
-            host.on_lost = lambda: _note_once(note, f"fork server: {address} has gone, and the tasks it forked with it")
-            return host
-        except ForkUnavailable as err:
-            host.close()
-            _note_once(note, f"fork server: {HOST_SERVER_ENV}: {err}; this launch starts its own")
-    return ForkServer(env, preload)
-
-
-def _note_once(note: Callable[[str], None] | None, line: str) -> None:
-    if line not in _NOTED:
-        _NOTED.add(line)
-        (note or (lambda text: print(text, file=sys.stderr)))(line)
-
-
 def start_host_server(path: str, env: Mapping[str, str], timeout_secs: float = 30.0) -> subprocess.Popen:
     """Starts the host's fork server at ``path`` as a child of this process (it dies with this thread);
     returns once it listens. ForkUnavailable (with its line) when it cannot.
@@ -589,15 +363,3 @@ def stop_host_server(process: subprocess.Popen) -> int | None:
     if process.stdout is not None:
         process.stdout.close()
     return code
-
-
-def close_shared() -> None:
-    """Ends every shared fork server of this process (at exit; tests may call it)."""
-    with _SHARED_LOCK:
-        servers = list(_SHARED.values())
-        _SHARED.clear()
-    for server in servers:
-        server.close()
-
-
-atexit.register(close_shared)

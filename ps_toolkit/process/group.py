@@ -1,6 +1,6 @@
 """One owner for a set of named task processes: starts them, watches them, stops them and their trees.
 
-    with ProcessGroup(TaskStarter("exec")) as group:
+    with ProcessGroup(ExecStarter()) as group:
         proc = group.start("ps:0", argv, env=env, stdout=log, stderr=log)
         group.add_pipe(proc.stdout, on_data)      # for pipes: on_data(bytes), b"" at the end
         group.add_reader(signal_fd, on_signal)    # any other fd: on_signal() when it is readable
@@ -29,7 +29,7 @@ import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 
 from ps_toolkit.process import lifecycle
-from ps_toolkit.process.fork_client import TaskStarter
+from ps_toolkit.process.starter import TaskStarter, make_starter
 
 # How often processes without a pidfd are polled.
 FALLBACK_POLL_SECS = 1.0
@@ -38,7 +38,7 @@ _READ_BYTES = 1 << 16
 
 @dataclasses.dataclass
 class _Entry:
-    """A started process (a subprocess.Popen or a fork_client.ForkedProcess) and what the group knows of it."""
+    """A started process (a ``starter.TaskProcess``, whichever starter made it) and what the group knows of it."""
 
     proc: object
     pidfd: int | None
@@ -49,7 +49,7 @@ class _Entry:
 class ProcessGroup:
     """Named task processes with one owner: see the module docstring.
 
-    ``starter`` starts each process (default: ``TaskStarter()``, fork where it can);
+    ``starter`` starts each process (any ``starter.TaskStarter``; default: ``make_starter()``, fork where it can);
     ``stop_grace_secs`` is what ``close()`` and ``stop()`` give between SIGTERM and
     SIGKILL; ``on_start(pid)`` is told each pid once started (a ``RunReaper``'s ``add``).
     """
@@ -61,7 +61,7 @@ class ProcessGroup:
         stop_grace_secs: float = 5.0,
         on_start: Callable[[int], None] | None = None,
     ):
-        self._starter = starter or TaskStarter()
+        self._starter = starter or make_starter()
         self._stop_grace_secs = stop_grace_secs
         self._on_start = on_start
         self._selector = selectors.DefaultSelector()

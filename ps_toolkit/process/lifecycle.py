@@ -41,6 +41,15 @@ def _die_with_parent(parent_pid: int):
     return preexec
 
 
+class TaskPopen(subprocess.Popen):
+    """A ``Popen`` with the task-process interface's ``lost_with`` (starter.TaskProcess).
+
+    Nothing but the task itself ends an exec'd task: its ``lost_with`` is always None.
+    """
+
+    lost_with = None
+
+
 def spawn(
     argv: Sequence[str],
     *,
@@ -50,14 +59,14 @@ def spawn(
     cwd: str | None = None,
     text: bool = False,
     pass_fds: Sequence[int] = (),
-) -> subprocess.Popen:
+) -> TaskPopen:
     """Starts ``argv`` in a new session; it is killed if this thread's process dies.
 
     PR_SET_PDEATHSIG fires when the *thread* that forked the child ends, so
     call this from a thread that lives as long as the task should (the main
     thread, in the launcher).
     """
-    return subprocess.Popen(
+    return TaskPopen(
         list(argv),
         env=dict(env),
         cwd=cwd,

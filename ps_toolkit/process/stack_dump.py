@@ -1,6 +1,6 @@
 """Where a task that does not end is waiting: its threads' Python stacks, asked for with SIGUSR1.
 
-The toolkit's task entry (``ps_toolkit.tools.run_task``) registers
+The toolkit's task entry (a ``task_entries.TaskEntry`` with ``dumps_stacks``) registers
 ``faulthandler`` on ``DUMP_SIGNAL``: the signal makes the task write every
 thread's stack to its stderr, its log file, and go on. The launcher and
 ``LocalCluster`` ask for it before they give up on a task, so the error they
@@ -15,7 +15,7 @@ import signal
 import time
 from collections.abc import Sequence
 
-from ps_toolkit.process.fork_client import RUN_TASK_MODULE, RUN_TASK_SCRIPT
+from ps_toolkit.process import task_entries
 
 DUMP_SIGNAL = signal.SIGUSR1
 # faulthandler starts every thread's stack with this line.
@@ -24,12 +24,9 @@ _SETTLE_SECS = 0.1
 
 
 def dumps_stacks(argv: Sequence[str]) -> bool:
-    """Whether ``argv`` runs the toolkit's task entry, which answers ``DUMP_SIGNAL``."""
-    if len(argv) < 2:
-        return False
-    if argv[1] == "-m":
-        return len(argv) > 2 and argv[2] == RUN_TASK_MODULE
-    return os.path.realpath(argv[1]) == os.path.realpath(RUN_TASK_SCRIPT)
+    """Whether ``argv`` runs a task entry registered as answering ``DUMP_SIGNAL``."""
+    entry = task_entries.entry_of(argv)
+    return entry is not None and entry.dumps_stacks
 
 
 def stacks_of_task(argv: Sequence[str], pid: int, log_path: str) -> str | None:

@@ -12,8 +12,8 @@ import sys
 from absl import flags
 
 from ps_toolkit import cli
+from ps_toolkit.backends.local import LaunchOptions
 from ps_toolkit.base.errors import EXIT_CONFIG
-from ps_toolkit.launch.launcher import LaunchOptions
 from ps_toolkit.network import open_ports
 from ps_toolkit.network.port_guard import ALLOW_OPEN_PORTS_ENV
 from ps_toolkit.tools import launch_local

@@ -28,15 +28,17 @@ import sys
 from absl import app, flags
 
 from ps_toolkit import cli
+from ps_toolkit.backends import local, registry
 from ps_toolkit.base.errors import EXIT_CONFIG, ConfigError
 from ps_toolkit.cluster import config as cluster_lib
 from ps_toolkit.cluster import preflight
-from ps_toolkit.launch import charts, launcher, task_plan
+from ps_toolkit.launch import charts, task_plan
 from ps_toolkit.launch.drills import parse_kill
 from ps_toolkit.launch.policy import RESTART_POLICIES, SUCCESS_POLICIES, Policy
 from ps_toolkit.launch.task_plan import Topology, default_command, hosts_from_flags
 from ps_toolkit.network import netns, open_ports
-from ps_toolkit.process import fork_client
+from ps_toolkit.process import fork_starter
+from ps_toolkit.training import user_code
 
 _NUM_PS = flags.DEFINE_integer("num_ps", 1, "Parameter server tasks.")
 _NUM_WORKERS = flags.DEFINE_integer("num_workers", 2, "Worker tasks.")
@@ -56,7 +58,7 @@ _QUIET = flags.DEFINE_boolean("quiet", False, "Console shows only status and sum
 _CHART = flags.DEFINE_boolean(
     "chart",
     True,
-    f"Draw {launcher.CHART_FILE} (loss and steps/s per worker) in the run folder; --nochart skips matplotlib.",
+    f"Draw {local.CHART_FILE} (loss and steps/s per worker) in the run folder; --nochart skips matplotlib.",
 )
 _SUCCESS = flags.DEFINE_enum(
     "success_policy", "chief", SUCCESS_POLICIES, "chief: the chief's status 0 ends the run; all_workers."
@@ -75,6 +77,13 @@ _START_METHOD = flags.DEFINE_enum(
     "fork: one process imports TensorFlow once and forks the toolkit's tasks (run_task.py, run_legacy.py): "
     "the host's fork server named by $PS_TOOLKIT_FORK_SERVER when it can serve them, else one this launch "
     "starts; exec: every task is a fresh process. Other commands after -- are always exec'd.",
+)
+_BACKEND = flags.DEFINE_string(
+    "backend",
+    "local",
+    "Where the tasks run: a launch backend's name (ps_toolkit.backends.registry: local, or one registered by "
+    "register_backend) or MODULE:FUNCTION, a function of your own called as FUNCTION(options, None) that "
+    "returns the run's result (its exit_code) or an exit status.",
 )
 _CHIEF_ROLE = flags.DEFINE_enum(
     "chief_role_name",
@@ -125,7 +134,7 @@ def _train_args(run_dir: str) -> list[str]:
     return args
 
 
-def options_from_flags(command: list[str]) -> launcher.LaunchOptions:
+def options_from_flags(command: list[str]) -> local.LaunchOptions:
     """The launch the flags describe: the task command (the given one, or run_task.py with the training
     flags), the topology and the policy; ConfigError for bad input. Shared by every launcher tool."""
     given = [name for name in _TRAIN_FLAGS if flags.FLAGS[name].present and name != "allow_open_ports"]
@@ -151,8 +160,8 @@ def options_from_flags(command: list[str]) -> launcher.LaunchOptions:
                 f"--task_args={_TASK_ARGS.value!r} is for a command after --; run_task.py takes its flags"
             )
         _check_training(topology)
-    run_dir = launcher.make_run_dir(flags.FLAGS.log_dir or None)
-    return launcher.LaunchOptions(
+    run_dir = local.make_run_dir(flags.FLAGS.log_dir or None)
+    return local.LaunchOptions(
         topology=topology,
         command=tuple(command) if command else tuple(default_command(_train_args(run_dir))),
         log_dir=run_dir,
@@ -204,7 +213,21 @@ def _parse(argv: list[str]) -> list[str]:
         _fail(str(err))
     if len(rest) > 1:
         _fail(f"unexpected argument {rest[1]!r}; put the task command after --")
-    return argv[split + 1 :]
+    command = argv[split + 1 :]
+    _start_fork_server_early(command)
+    return command
+
+
+def _start_fork_server_early(command: list[str]) -> None:
+    """Starts this launch's fork server as soon as the flags say its tasks are forked from one.
+
+    The server's TensorFlow import is the longest wait of a launch: it runs while the launch checks
+    its flags and reserves its ports. Its environment is the tasks' (task_env), so the tasks are
+    forked from it; a launch that ends before its first task kills it at exit.
+    """
+    if command or _START_METHOD.value != "fork" or _BACKEND.value != "local":
+        return
+    fork_starter.shared_server(task_plan.task_env())
 
 
 def _fail(message: str) -> None:
@@ -242,6 +265,8 @@ def launch(command: list[str]) -> int:
     """Runs the cluster the flags describe (with ``command`` after ``--``, or the toolkit's tasks); its exit status."""
     try:
         options = options_from_flags(command)
+        # Refused before the network is touched: a name no backend has, or one that needs its own tool's flags.
+        backend = registry.usable(_backend_name(_BACKEND.value), None, "--backend")
     except ConfigError as err:
         _fail(str(err))
     options = dataclasses.replace(options, env={**(options.env or {}), **_isolate(options.topology)})
@@ -254,14 +279,25 @@ def launch(command: list[str]) -> int:
         )
     if options.chart:  # after _isolate: a user namespace can only be entered while this process has one thread
         charts.warm_up()
-    return launcher.launch(options).exit_code
+    try:
+        result = backend(options, None)
+    except ConfigError as err:
+        _fail(str(err))
+    return result if isinstance(result, int) else result.exit_code
+
+
+def _backend_name(text: str) -> str:
+    """The registry name of --backend: a MODULE:FUNCTION given there is imported and registered under that text."""
+    if ":" in text and text not in registry.names():
+        registry.register_backend(text, user_code.load(text, "backend"))
+    return text
 
 
 def _main_and_exit(command: list[str]) -> None:
     """main(), then the exit without the interpreter's teardown (a second with matplotlib and psutil
     loaded on a busy machine): the fork server is ended and reaped, every output flushed."""
     code = launch(command)
-    fork_client.close_shared()
+    fork_starter.close_shared()
     logging.shutdown()
     sys.stdout.flush()
     sys.stderr.flush()
@@ -270,11 +306,6 @@ def _main_and_exit(command: list[str]) -> None:
 
 def main() -> None:
     """The ``ps-launch-local`` command."""
-    if fork_client.launch_forks_tasks(sys.argv):
-        # The fork server's TensorFlow import is the longest wait of a launch: it runs while the
-        # flags are checked. Its environment is the tasks' (task_env), so the tasks are forked
-        # from it; a launch that ends before its first task kills it at exit.
-        fork_client.shared_server(task_plan.task_env())
     cli.register_key_flags_for_program(__name__)
     app.run(_main_and_exit, flags_parser=_parse)
 

@@ -21,8 +21,9 @@ import sys
 from absl import app, flags
 
 from ps_toolkit import cli
+from ps_toolkit.backends import registry
+from ps_toolkit.backends.ray.launcher import RayOptions
 from ps_toolkit.base.errors import ConfigError, ToolkitError
-from ps_toolkit.launch import ray_launcher
 from ps_toolkit.tools import engine_flags
 
 PROG = "launch_ray"
@@ -40,7 +41,7 @@ def launch(command: list[str]) -> int:
     """Runs the job the flags describe on Ray; its exit status."""
     try:
         options = engine_flags.launch_options(PROG, "Ray", command)
-        ray_options = ray_launcher.RayOptions(
+        ray_options = RayOptions(
             address=_ADDRESS.value,
             ps_cpus=_PS_CPUS.value,
             worker_cpus=_WORKER_CPUS.value,
@@ -48,7 +49,7 @@ def launch(command: list[str]) -> int:
             local_num_cpus=_LOCAL_CPUS.value,
             ready_secs=_READY.value,
         )
-        return ray_launcher.launch(options, ray_options).exit_code
+        return registry.run("ray", options, ray_options).exit_code
     except ConfigError as err:
         engine_flags.fail(PROG, str(err))
     except ToolkitError as err:  # the engine could not be reached or started: one line, its status

@@ -21,8 +21,9 @@ import sys
 from absl import app, flags
 
 from ps_toolkit import cli
+from ps_toolkit.backends import registry
+from ps_toolkit.backends.spark.launcher import SparkOptions
 from ps_toolkit.base.errors import ConfigError, ToolkitError
-from ps_toolkit.launch import spark_launcher
 from ps_toolkit.tools import engine_flags
 
 PROG = "launch_spark"
@@ -40,12 +41,12 @@ def launch(command: list[str]) -> int:
         engine_flags.fail(PROG, f"--spark_conf={bad_conf[0]!r} is not KEY=VALUE")
     try:
         options = engine_flags.launch_options(PROG, "Spark", command)
-        spark_options = spark_launcher.SparkOptions(
+        spark_options = SparkOptions(
             master=_MASTER.value,
             executor_memory=_EXECUTOR_MEMORY.value,
             conf=tuple(tuple(text.split("=", 1)) for text in _CONF.value),
         )
-        return spark_launcher.launch(options, spark_options).exit_code
+        return registry.run("spark", options, spark_options).exit_code
     except ConfigError as err:
         engine_flags.fail(PROG, str(err))
     except ToolkitError as err:  # the engine could not be reached or started: one line, its status

@@ -20,9 +20,9 @@ import sys
 from absl import flags
 
 from ps_toolkit import cli
+from ps_toolkit.backends import registry
 from ps_toolkit.cluster import slurm
-from ps_toolkit.deploy import slurm_job
-from ps_toolkit.launch import task_plan
+from ps_toolkit.tools import entries
 
 _NUM_PS = flags.DEFINE_integer("num_ps", 1, "Parameter server tasks (the first ranks).")
 _NUM_WORKERS = flags.DEFINE_integer("num_workers", 2, "Worker tasks.")
@@ -50,8 +50,8 @@ flags.adopt_module_key_flags(cli)  # --help lists them as this script's own
 TRAINING_FLAGS = sorted(set(flags.FLAGS) - _BEFORE)
 # The checkout's scripts/run_task.py; installed without a checkout, the run_task tool's own file.
 RUN_TASK = (
-    task_plan.RUN_TASK_SCRIPT
-    if os.path.isfile(task_plan.RUN_TASK_SCRIPT)
+    entries.RUN_TASK_SCRIPT
+    if os.path.isfile(entries.RUN_TASK_SCRIPT)
     else os.path.join(os.path.dirname(os.path.abspath(__file__)), "run_task.py")
 )
 
@@ -83,15 +83,16 @@ def _main(argv):
         cli.fail(f"--port_base={_PORT_BASE.value} must be between 1 and 65000")
     task_args = [flags.FLAGS[name].serialize() for name in TRAINING_FLAGS if flags.FLAGS[name].present]
     task_args += ["--allow_open_ports"] if _ALLOW_OPEN_PORTS.value else []
-    script = slurm_job.sbatch_script(
-        python=_PYTHON.value,
-        run_task=RUN_TASK,
-        roles=roles(),
-        task_args=task_args,
-        base_port=_PORT_BASE.value,
-        sbatch_options=sbatch_options(),
-        command_line=" ".join(shlex.quote(arg) for arg in ["make_slurm_job.py", *sys.argv[1:]]),
-    )
+    settings = {
+        "python": _PYTHON.value,
+        "run_task": RUN_TASK,
+        "roles": roles(),
+        "task_args": task_args,
+        "base_port": _PORT_BASE.value,
+        "sbatch_options": sbatch_options(),
+        "command_line": " ".join(shlex.quote(arg) for arg in ["make_slurm_job.py", *sys.argv[1:]]),
+    }
+    script = registry.run("slurm", None, settings)
     sys.stdout.write(script)
 
 

@@ -16,7 +16,7 @@ import sys
 from absl import flags
 
 from ps_toolkit import cli
-from ps_toolkit.deploy import kubernetes
+from ps_toolkit.backends import kubernetes, registry
 
 _NUM_PS = flags.DEFINE_integer("num_ps", 1, "Parameter server replicas.")
 _NUM_WORKERS = flags.DEFINE_integer("num_workers", 2, "Worker replicas.")
@@ -76,9 +76,9 @@ def _main(argv):
             checkpoint_mount=_MOUNT.value,
             cluster_domain=_DOMAIN.value,
         )
-    documents = kubernetes.plain_objects(spec) if _PLAIN.value else kubernetes.tfjob_objects(spec)
+    manifests = registry.run("kubernetes", None, {"spec": spec, "plain": _PLAIN.value})
     sys.stdout.write(f"# Written by: make_tfjob.py {' '.join(shlex.quote(a) for a in sys.argv[1:])}\n")
-    sys.stdout.write(kubernetes.to_yaml(documents))
+    sys.stdout.write(manifests)
 
 
 def main() -> None:

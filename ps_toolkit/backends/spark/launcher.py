@@ -24,13 +24,14 @@ import signal
 import sys
 import threading
 
+from ps_toolkit.backends import local as launcher
+from ps_toolkit.backends.local import LaunchOptions, RunResult
+from ps_toolkit.backends.spark.tasks import FAILURE_MARKER, run_barrier_task
 from ps_toolkit.base import paths
 from ps_toolkit.base.errors import ConfigError
 from ps_toolkit.cluster.config import CHIEF, WORKER
-from ps_toolkit.launch import launcher, verdict
+from ps_toolkit.launch import verdict
 from ps_toolkit.launch.engine_env import carried_env
-from ps_toolkit.launch.launcher import LaunchOptions, RunResult
-from ps_toolkit.launch.spark_tasks import FAILURE_MARKER, run_barrier_task
 from ps_toolkit.launch.status import Console, SummaryRow, describe_exit, exit_status_cell
 from ps_toolkit.launch.supervisor import LogFolderWarning, Outcome
 from ps_toolkit.launch.task_output import TaskOutput
@@ -213,3 +214,8 @@ def _failed_status(text: str) -> int:
     match = re.search(re.escape(FAILURE_MARKER) + r" (-?\d+) ", text)
     code = int(match.group(1)) if match else 1
     return code if code > 0 else 1
+
+
+def run_spark(options: LaunchOptions, settings: SparkOptions) -> RunResult:
+    """The ``spark`` backend (backends.registry): ``launch`` with the Spark settings."""
+    return launch(options, settings)

@@ -29,10 +29,10 @@ from ps_toolkit.launch.console_stream import BestEffortStream
 from ps_toolkit.launch.policy import Policy
 from ps_toolkit.launch.ports import reserve_ports
 from ps_toolkit.launch.status import Console, summary_table
-from ps_toolkit.launch.supervisor import LogFolderWarning, Supervisor
+from ps_toolkit.launch.supervisor import ClusterSupervisor, LogFolderWarning
 from ps_toolkit.launch.task_plan import CHIEF_ROLES, Topology, check_task_args, plan_tasks, task_env
 from ps_toolkit.process import lifecycle
-from ps_toolkit.process.fork_client import START_METHODS, TaskStarter
+from ps_toolkit.process.starter import START_METHODS, make_starter
 
 CHART_FILE = "progress.png"
 SUMMARY_FILE = "summary.txt"
@@ -147,7 +147,7 @@ def _attempts(options: LaunchOptions, console: Console, log_dir: str, log_warnin
     # Addresses the user gave cannot be redrawn: a port clash on them is final.
     policy = dataclasses.replace(options.policy, retry_port_conflicts=not options.topology.explicit)
     env = task_env(options.env)
-    starter = TaskStarter(options.start_method, note=console.line)
+    starter = make_starter(options.start_method, note=console.line)
     with signals_wake() as signal_fd:
         for attempt in range(1, options.port_attempts + 1):
             reservation = None if options.topology.explicit else reserve_ports(options.topology.num_tasks)
@@ -157,7 +157,7 @@ def _attempts(options: LaunchOptions, console: Console, log_dir: str, log_warnin
                     jobs, options.command, base_env=env, chief_role=options.chief_role, task_args=options.task_args
                 )
                 console.line("launcher: cluster " + ", ".join(f"{p.name}={p.address}" for p in plans))
-                supervisor = Supervisor(
+                supervisor = ClusterSupervisor(
                     plans,
                     log_dir=log_dir,
                     policy=policy,
@@ -268,3 +268,9 @@ class signals_wake:
 
 def _ignore(signum, frame) -> None:
     """The wake-up fd carries the signal to the event loop; nothing to do here."""
+
+
+def run_local(options: LaunchOptions, settings: None = None) -> RunResult:
+    """The ``local`` backend (backends.registry): every task a process on this machine; ``settings`` unused."""
+    del settings  # the local launch is described by ``options`` alone
+    return launch(options)

@@ -258,3 +258,18 @@ def _yaml_lines(value, indent: int) -> list[str]:
             else:
                 lines.append(f"{pad}- {json.dumps(item)}")
     return lines
+
+
+def write_manifests(options: None, settings: dict) -> str:
+    """The ``kubernetes`` backend (backends.registry): the YAML of the job's objects.
+
+    Args:
+      options: unused (the cluster's own scheduler runs the job).
+      settings: ``{"spec": KubeSpec, "plain": bool}``; plain: Services and indexed Jobs instead of a TFJob.
+
+    Returns:
+      The manifests as one YAML text.
+    """
+    del options
+    spec = settings["spec"]
+    return to_yaml(plain_objects(spec) if settings.get("plain") else tfjob_objects(spec))

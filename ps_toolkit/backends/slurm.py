@@ -45,3 +45,9 @@ def sbatch_script(
         "    " + " ".join(shlex.quote(arg) for arg in task + list(task_args)),
     ]
     return "\n".join(lines) + "\n"
+
+
+def write_sbatch(options: None, settings: dict) -> str:
+    """The ``slurm`` backend (backends.registry): the sbatch script; ``settings`` are ``sbatch_script``'s arguments."""
+    del options  # the job runs under Slurm's own scheduler: no local launch to describe
+    return sbatch_script(**settings)

@@ -1,13 +1,13 @@
-"""One task of a Ray launch, as the launcher's Supervisor sees it: a local process standing for a Ray actor.
+"""One task of a Ray launch, as the launcher's ClusterSupervisor sees it: a local process standing for a Ray actor.
 
-    python -m ps_toolkit.launch.ray_task --address=GCS --namespace=NS --placement_group=NAME --bundle=I
+    python -m ps_toolkit.backends.ray.task --address=GCS --namespace=NS --placement_group=NAME --bundle=I
         --num_cpus=1 --num_gpus=0 --launcher_python=PATH --env_keys=TF_CONFIG,... -- COMMAND...
 
 It connects to the Ray cluster, creates the task's actor in its bundle of the
 launch's placement group (the node that holds its port), runs COMMAND there and
 writes what the task prints to its own stdout (the task's log in the run
 folder). It exits as the task did: its status, or killed by the same signal, so
-the Supervisor's verdict, restarts and summary are the local launcher's. SIGTERM
+the ClusterSupervisor's verdict, restarts and summary are the local launcher's. SIGTERM
 or SIGINT is passed on to the task; the actor is owned by this process, so if
 this process is killed (a drill, the launcher's SIGKILL after the grace period)
 Ray ends the actor and the task with it.
@@ -21,8 +21,8 @@ import signal
 import sys
 import threading
 
+from ps_toolkit.backends.ray.nodes import TaskActor
 from ps_toolkit.base.errors import EXIT_RETRYABLE
-from ps_toolkit.launch.ray_nodes import TaskActor
 
 # How often the main thread wakes to handle signals while the task runs.
 _WAKE_SECS = 0.5

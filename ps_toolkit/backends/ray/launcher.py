@@ -4,7 +4,7 @@ The launch is the local launcher's with Ray underneath: a placement group with
 one bundle per task (its resource request; SPREAD puts the ps, which come
 first, on different nodes when there are several), a ``PortHolder`` per bundle
 that reserves the task's port on that node, the addresses gathered into one
-cluster before any server starts, and then the local launcher's ``Supervisor``
+cluster before any server starts, and then the local launcher's ``ClusterSupervisor``
 over one ``ray_task`` process per task, which owns that task's actor. Verdict,
 restarts (the actor made again in its bundle, on its port), drills, timeouts,
 logs, summary and Ctrl-C are therefore the local launcher's own.
@@ -22,18 +22,18 @@ import socket
 import sys
 import uuid
 
+from ps_toolkit.backends import local as launcher
+from ps_toolkit.backends.local import LaunchOptions, RunResult
+from ps_toolkit.backends.ray.nodes import PortHolder
 from ps_toolkit.base import paths
 from ps_toolkit.base.errors import ConfigError, RetryableError
 from ps_toolkit.cluster.config import PS
-from ps_toolkit.launch import launcher
 from ps_toolkit.launch.engine_env import carried_env
-from ps_toolkit.launch.launcher import LaunchOptions, RunResult
-from ps_toolkit.launch.ray_nodes import PortHolder
 from ps_toolkit.launch.status import Console
-from ps_toolkit.launch.supervisor import LogFolderWarning, Supervisor
+from ps_toolkit.launch.supervisor import ClusterSupervisor, LogFolderWarning
 from ps_toolkit.launch.task_plan import START_ORDER, TaskPlan, plan_tasks, task_env
 from ps_toolkit.process import lifecycle
-from ps_toolkit.process.fork_client import TaskStarter
+from ps_toolkit.process.starter import ExecStarter
 
 # What a task's actor gets from the launch's plan besides engine_env's: its cluster and unbuffered output.
 _PLAN_ENV_KEYS = ("TF_CONFIG", "PYTHONUNBUFFERED")
@@ -107,13 +107,13 @@ def _supervise(options: LaunchOptions, job: _RayJob, console: Console, log_dir: 
     reaper = lifecycle.RunReaper()  # if this process is SIGKILLed, the ray_task processes and so the actors go
     try:
         with launcher.signals_wake() as signal_fd:
-            supervisor = Supervisor(
+            supervisor = ClusterSupervisor(
                 proxied,
                 log_dir=log_dir,
                 policy=policy,
                 console=console,
                 quiet=options.quiet,
-                starter=TaskStarter("exec", note=console.line),
+                starter=ExecStarter(),
                 log_warning=log_warning,
                 on_start=reaper.add,
             )
@@ -128,7 +128,7 @@ def _proxied(plan: TaskPlan, job: _RayJob, bundle: int, env_keys: str) -> TaskPl
     argv = (
         sys.executable,
         "-m",
-        "ps_toolkit.launch.ray_task",
+        "ps_toolkit.backends.ray.task",
         f"--address={job.address}",
         f"--namespace={job.namespace}",
         f"--placement_group={job.group_name}",
@@ -223,3 +223,8 @@ def _check_reachable(address: str | None, timeout_secs: float) -> None:
         socket.create_connection((host.strip("[]"), int(port)), timeout=min(timeout_secs, 30.0)).close()
     except OSError as err:
         raise RetryableError(f"--address={address}: nothing answers there ({err.strerror or err})") from None
+
+
+def run_ray(options: LaunchOptions, settings: RayOptions) -> RunResult:
+    """The ``ray`` backend (backends.registry): ``launch`` with the Ray settings."""
+    return launch(options, settings)

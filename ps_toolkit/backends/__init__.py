@@ -1,0 +1,1 @@
+"""Launch backends: one module (or subpackage) per way to run a cluster, found by name in ``registry``."""

@@ -1,0 +1,1 @@
+"""The Spark backend: one barrier-stage task per cluster task."""

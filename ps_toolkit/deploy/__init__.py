@@ -1,1 +1,0 @@
-"""Multi-host deployment files: Kubernetes manifests and Slurm batch scripts."""
