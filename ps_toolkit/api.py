@@ -1,20 +1,6 @@
 """``ps_toolkit.train``: this task's role in a parameter-server job, for a model_fn and its input_fn.
 
-Every task of the job runs the same program; the cluster and this task's
-role come from the ``cluster`` argument or from ``TF_CONFIG``. A ps serves
-until every replica is done, the chief and the workers train, an evaluator
-evaluates each new checkpoint. Without either, the model trains in this
-process alone (one worker, no ps), as on a laptop.
-
-Example (every task runs this, with its own TF_CONFIG):
-
-    def model_fn(features, labels, mode, params):
-        logits = tf.compat.v1.layers.dense(features["x"], 2)
-        loss = tf.compat.v1.losses.sparse_softmax_cross_entropy(labels, logits)
-        return ps_toolkit.ModelSpec(mode, loss=loss, predictions={"logits": logits})
-
-    result = ps_toolkit.train(model_fn, input_fn, config=ps_toolkit.TrainConfig(
-        train_steps=1000, optimizer="adagrad", checkpoint_dir="/shared/run1"))
+Design: docs/design.md, "The training seam and the public API".
 """
 
 from __future__ import annotations

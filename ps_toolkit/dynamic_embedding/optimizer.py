@@ -1,16 +1,6 @@
 """Training the tables: the gradient of a loss with respect to its lookups' rows, and an optimizer that applies it.
 
-``TableOptimizer(optimizer)`` wraps a ``tf.compat.v1.train`` optimizer: its
-``compute_gradients`` adds one (gradient, ``TableRows``) pair per lookup the
-loss depends on, its ``apply_gradients`` hands the variables' pairs to the
-wrapped optimizer and applies the tables' pairs shard by shard on the ps
-(``apply.apply_table``), with the wrapped optimizer's formulas and slots kept
-in the shard. The toolkit wraps its ``--optimizer`` this way when a model_fn
-made tables; a model_fn with its own train_op wraps its optimizer itself.
-
-Example:
-    optimizer = dynamic_embedding.TableOptimizer(tf.compat.v1.train.AdagradOptimizer(0.1))
-    train_op = optimizer.minimize(loss, global_step=tf.compat.v1.train.get_or_create_global_step())
+Design: docs/design.md, "Dynamic embedding tables".
 """
 
 from __future__ import annotations

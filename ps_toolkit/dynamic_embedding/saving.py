@@ -1,13 +1,6 @@
 """Tables in the chief's checkpoints: each shard's rows, meta and slots saved bucket by bucket, re-sharded on restore.
 
-Every hash table of a shard (rows, meta, each slot) is one SaveableObject of
-``tf.compat.v1.train.Saver``: on save the shard's ps exports its keys and
-values and splits them into the save buckets it owns
-(``keys.buckets_of_shard``), saved as ``<table>/<component>/bucket_NN/keys``
-and ``.../values``. Names do not depend on the number of ps, so a job with
-another number of ps (or the one-shard export graph) reads back the buckets
-its shards own: ids are re-sharded on restore. The restore replaces a
-shard's content whole and checks the row dim against the table's.
+Design: docs/design.md, "Dynamic embedding tables".
 """
 
 from __future__ import annotations

@@ -1,13 +1,6 @@
 """Evaluation through the model_fn's ``eval_metric_ops``: at the end of training, and as the evaluator task.
 
-Both run the model_fn in EVAL mode over the finite dataset of its
-``eval_input_fn`` and report every metric (``tf.compat.v1.metrics``), plus
-the mean EVAL loss as ``loss`` unless the model names one itself.
-
-The evaluator task needs no server and no connection to the cluster: like
-tf.estimator's evaluator, it reads the chief's checkpoints from the shared
-checkpoint directory and writes its results as summaries to
-``<checkpoint_dir>/eval``.
+Design: docs/design.md, "One replica's step".
 """
 
 from __future__ import annotations

@@ -1,21 +1,6 @@
 """The training seam's contract: ``model_fn``, ``input_fn`` and what they return.
 
-Everything the toolkit trains goes through these: a user's model, the
-built-in MNIST models, the CLI, the launcher, the benchmark, the evaluator.
-
-    def model_fn(features, labels, mode, params) -> ModelSpec
-    def input_fn(input_context: InputContext) -> tf.data.Dataset of (features, labels)
-    def eval_input_fn() -> a finite tf.data.Dataset of (features, labels)
-
-``model_fn`` builds the model in the default graph with
-``tf.compat.v1.get_variable`` or ``tf.compat.v1.layers`` (the toolkit's device
-function places the variables; partitioners are honoured) and returns a
-``ModelSpec``. A spec with a ``loss`` and no ``train_op`` gets every lever: the
-toolkit builds the optimizer step. A spec with its own ``train_op`` is run as
-it is. ``mode`` takes tf.estimator's ModeKeys values, so a model_fn written
-for an Estimator reads the same.
-
-Nothing here imports TensorFlow: the CLI checks its input before the import.
+Design: docs/design.md, "The training seam and the public API".
 """
 
 from __future__ import annotations

@@ -1,28 +1,6 @@
 """Embedding lookups that move each row once: unique ids, one pull and one push per ps for all the tables.
 
-``tf.nn.embedding_lookup`` on a partitioned table sends every id to the ps
-holding its row and brings back one row per id, duplicates included, in one
-transfer per table part; its gradient goes back the same way, one row per
-lookup. ``embedding_lookups`` does the lookups of a step together:
-
-- unique ids (``unique_ids``): each table is looked up at its distinct ids
-  only; the lookups' rows are gathered from those on the worker, so the
-  gradient of a row looked up several times is summed there (TensorFlow's
-  gradient of that gather) and goes back once;
-- one transfer per ps each way (``group_by_ps``): the ids of every table part
-  a ps holds travel as one tensor, the ps gathers all their rows into one
-  tensor, and the gradient comes back as one tensor, split on the ps into
-  each part's rows (IndexedSlices: the optimizer updates only those rows);
-- ``wire_dtype="bfloat16"`` (opt-in): the rows and their gradient cross the
-  network as bfloat16; the table and its update stay float32 on the ps.
-
-The defaults come from ``options_in_effect`` (the training step sets the
-replica's flags there); outside it, unique ids and grouping are on, float32.
-A table is a variable, a partitioned variable, or a tensor (a small table the
-toolkit pulled whole: looked up where it is).
-
-Example (in a model_fn):
-    user_rows, item_rows = ps_toolkit.embedding_lookups([user_table, item_table], [user_ids, item_ids])
+Design: docs/design.md, "One replica's step".
 """
 
 from __future__ import annotations
