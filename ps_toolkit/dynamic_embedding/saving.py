@@ -81,9 +81,15 @@ _KEY = re.compile(r"^(?P<table>.+)/(?P<component>rows|meta|slot_[^/]+)/bucket_\d
 def checkpoint_differences(saved: dict, tables) -> tuple[list[str], set]:
     """(differences between a checkpoint's tables and ``tables``, the checkpoint keys that are tables').
 
-    ``saved`` maps checkpoint keys to shapes. A difference is a table of the
-    model the checkpoint lacks, a table of the checkpoint the model lacks, or
-    rows (or slots) of another dim.
+    A difference is a table of the model the checkpoint lacks, a table of the
+    checkpoint the model lacks, or rows (or slots) of another dim.
+
+    Args:
+        saved: Checkpoint key -> shape, as ``tf.train.list_variables`` gives them.
+        tables: The model's DynamicTables.
+
+    Returns:
+        (one line per difference, the checkpoint keys that belong to tables).
     """
     by_name = {table.name: table for table in tables}
     differences, consumed, seen = [], set(), set()

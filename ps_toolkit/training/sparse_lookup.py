@@ -16,7 +16,13 @@ WIRE_DTYPES = ("float32", "bfloat16")
 
 @dataclasses.dataclass(frozen=True)
 class LookupOptions:
-    """How ``embedding_lookups`` moves rows; see the module docstring."""
+    """How ``embedding_lookups`` moves rows (docs/design.md, "Embedding lookups that move each row once").
+
+    Attributes:
+        unique_ids: Look each table up at its distinct ids only, and push each row's gradient once.
+        group_by_ps: One pull and one push per ps for all the table parts it holds.
+        wire_dtype: ``"float32"``, or ``"bfloat16"`` for the rows and gradients on the network.
+    """
 
     unique_ids: bool = True
     group_by_ps: bool = True
@@ -32,7 +38,14 @@ _IN_EFFECT: list[LookupOptions] = [LookupOptions()]
 
 @contextlib.contextmanager
 def options_in_effect(options: LookupOptions):
-    """Makes ``options`` the defaults of ``embedding_lookups`` called inside."""
+    """Makes ``options`` the defaults of ``embedding_lookups`` called inside.
+
+    Args:
+        options: The defaults to use inside the ``with`` block.
+
+    Yields:
+        ``options``.
+    """
     _IN_EFFECT.append(options)
     try:
         yield options
@@ -41,11 +54,24 @@ def options_in_effect(options: LookupOptions):
 
 
 def current_options() -> LookupOptions:
+    """The options ``embedding_lookups`` uses when given none: the innermost ``options_in_effect``."""
     return _IN_EFFECT[-1]
 
 
 def embedding_lookups(tables: Sequence, ids: Sequence[tf.Tensor], options: LookupOptions | None = None) -> list:
-    """For each (table, ids) pair, the table's rows at ``ids``: a tensor of shape ids.shape + [dim]."""
+    """For each (table, ids) pair, the table's rows at ``ids``.
+
+    Args:
+        tables: The tables: variables, partitioned variables, or tensors (a small table pulled whole).
+        ids: One integer ids tensor per table, of any shape.
+        options: How rows move; by default ``current_options()``.
+
+    Returns:
+        One tensor per table, of shape ``ids.shape + [dim]``.
+
+    Raises:
+        ValueError: ``tables`` and ``ids`` differ in length.
+    """
     if len(tables) != len(ids):
         raise ValueError(f"embedding_lookups needs one ids tensor per table; got {len(tables)} tables, {len(ids)} ids")
     options = options or current_options()
