@@ -85,7 +85,7 @@ def checkpoint_differences(saved: dict, tables) -> tuple[list[str], set]:
     checkpoint the model lacks, or rows (or slots) of another dim.
 
     Args:
-        saved: Checkpoint key -> shape, as ``tf.train.list_variables`` gives them.
+        saved: Checkpoint key -> shape, as a checkpoint reader's ``get_variable_to_shape_map`` gives them.
         tables: The model's DynamicTables.
 
     Returns:
