@@ -18,7 +18,23 @@ _tool_entries.register()
 
 
 def embedding_lookups(tables, ids, options=None):
-    """Rows of each table at its ids, each distinct row moved once, one transfer per ps (training/sparse_lookup.py)."""
+    """Rows of each table at its ids, each distinct row moved once, one transfer per ps each way.
+
+    Call it in a model_fn, in place of one ``tf.nn.embedding_lookup`` per table
+    (docs/model_fn.md, "Sparse features").
+
+    Args:
+        tables: The tables: variables, partitioned variables, or tensors.
+        ids: One integer ids tensor per table, of any shape.
+        options: A ``training.sparse_lookup.LookupOptions``; by default the training
+            step's (``--unique_ids``, ``--group_lookups``, ``--wire_dtype``).
+
+    Returns:
+        One tensor per table, of shape ``ids.shape + [dim]``.
+
+    Raises:
+        ValueError: ``tables`` and ``ids`` differ in length.
+    """
     from ps_toolkit.training import sparse_lookup  # TensorFlow only when a model is built
 
     return sparse_lookup.embedding_lookups(tables, ids, options)

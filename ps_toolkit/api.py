@@ -1,20 +1,6 @@
 """``ps_toolkit.train``: this task's role in a parameter-server job, for a model_fn and its input_fn.
 
-Every task of the job runs the same program; the cluster and this task's
-role come from the ``cluster`` argument or from ``TF_CONFIG``. A ps serves
-until every replica is done, the chief and the workers train, an evaluator
-evaluates each new checkpoint. Without either, the model trains in this
-process alone (one worker, no ps), as on a laptop.
-
-Example (every task runs this, with its own TF_CONFIG):
-
-    def model_fn(features, labels, mode, params):
-        logits = tf.compat.v1.layers.dense(features["x"], 2)
-        loss = tf.compat.v1.losses.sparse_softmax_cross_entropy(labels, logits)
-        return ps_toolkit.ModelSpec(mode, loss=loss, predictions={"logits": logits})
-
-    result = ps_toolkit.train(model_fn, input_fn, config=ps_toolkit.TrainConfig(
-        train_steps=1000, optimizer="adagrad", checkpoint_dir="/shared/run1"))
+Design: docs/design.md, "The training seam and the public API".
 """
 
 from __future__ import annotations
@@ -43,11 +29,40 @@ def train(
 ) -> dict:
     """Runs this task's role to its end and returns its result record (also printed as the last stdout line).
 
-    A task of a cluster of several goes through the task start-up of every entry point
-    (ps_toolkit/task/startup.py): its port is kept private (the loopback cluster's own
-    network namespace, packet-filter rules, or a refusal unless ``allow_open_ports``).
-    A process with threads that joins its cluster's namespace is executed again inside it,
-    with the same command line.
+    Every task of the job runs the same program: a ps serves until every replica is
+    done, the chief and the workers train, an evaluator evaluates each new checkpoint.
+    A task of a cluster of several goes through the task start-up of every entry point:
+    its port is kept private (the loopback cluster's own network namespace,
+    packet-filter rules, or a refusal unless ``allow_open_ports``). A process with
+    threads that joins its cluster's namespace is executed again inside it, with the
+    same command line.
+
+    Example (every task runs this, with its own TF_CONFIG):
+
+        def model_fn(features, labels, mode, params):
+            logits = tf.compat.v1.layers.dense(features["x"], 2)
+            loss = tf.compat.v1.losses.sparse_softmax_cross_entropy(labels, logits)
+            return ps_toolkit.ModelSpec(mode, loss=loss, predictions={"logits": logits})
+
+        result = ps_toolkit.train(model_fn, input_fn, config=ps_toolkit.TrainConfig(
+            train_steps=1000, optimizer="adagrad", checkpoint_dir="/shared/run1"))
+
+    Args:
+        model_fn: ``model_fn(features, labels, mode, params) -> ModelSpec`` (docs/model_fn.md).
+        input_fn: ``input_fn(input_context) -> tf.data.Dataset`` of (features, labels) batches.
+        config: What to train and how; ``TrainConfig()``'s defaults if None.
+        cluster: The cluster and this task's role; if None, from ``TF_CONFIG``, and with
+            neither the model trains in this process alone (one worker, no ps).
+        params: Passed to ``model_fn`` (and to an input_fn with a ``params`` argument).
+        eval_input_fn: ``eval_input_fn() -> tf.data.Dataset``, finite: the final evaluation's
+            and the evaluator's data.
+        ps_orphan_timeout_secs: How long a ps waits with its workers unreachable before it
+            ends with ``OrphanedError``.
+        allow_open_ports: Start even where this task's port cannot be kept private.
+
+    Returns:
+        This task's result record (a replica's steps, losses and evaluation; a ps's
+        replicas done), as printed.
 
     Raises:
         ConfigError: a setting that does not fit the cluster, or a model that does not keep the contract.

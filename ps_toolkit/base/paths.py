@@ -1,21 +1,6 @@
 """Private per-user state: run folders, default checkpoints and port locks under one 0700 folder.
 
-Everything the toolkit keeps between runs by default lives under
-``$TMPDIR/ps_toolkit-<uid>/`` (``state_dir()``): ``runs/`` (launcher and
-LocalCluster run folders), ``checkpoints/`` (run_task.py's default
-``--checkpoint_dir``) and ``ports/`` (port lock files). /tmp is shared by every
-local user, so each folder is created mode 0700 and, when it already exists,
-checked to be a real folder (not a symbolic link) owned by this user and
-closed to others; anything else is refused with one line (ConfigError, exit 2)
-rather than used. Files are written with ``write_file_nofollow``: a temporary
-file in the same folder, renamed over the target, so a planted symbolic link
-is never followed.
-
-Run folders are pruned when a new one is made: the newest ``KEEP_RUNS`` stay,
-and a folder still in use (its ``.in_use`` lock held) is never removed.
-
-``PACKAGE_PARENT`` is the folder holding the ps_toolkit package itself: a
-checkout (with its ``scripts/``) or site-packages.
+Design: docs/design.md, "Private per-user state".
 """
 
 from __future__ import annotations

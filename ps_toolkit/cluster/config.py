@@ -32,7 +32,18 @@ DEFAULT_WORKER_HOSTS = "localhost:2223,localhost:2224"
 
 
 def split_address(address: str, source: str) -> tuple[str, int]:
-    """Splits 'host:port' (or '[v6]:port') into its parts, validating both."""
+    """Splits 'host:port' (or '[v6]:port') into its parts, validating both.
+
+    Args:
+        address: The address.
+        source: Where it came from, for messages.
+
+    Returns:
+        (host, port), the host without brackets.
+
+    Raises:
+        ConfigError: a bad host or a port outside 1-65535, naming ``address`` and ``source``.
+    """
     text = address.strip()
     host, sep, port_text = text.rpartition(":")
     if not sep or not host:
@@ -54,8 +65,15 @@ def split_address(address: str, source: str) -> tuple[str, int]:
 
 
 def is_loopback_host(host: str) -> bool:
-    """Whether ``host`` names this machine's loopback, in any spelling: localhost, 127.0.0.0/8, ::1,
-    ::ffff:127.x, upper case, a trailing dot."""
+    """Whether ``host`` names this machine's loopback, in any spelling.
+
+    Args:
+        host: A host name or address: localhost, 127.0.0.0/8, ::1, ::ffff:127.x, in upper
+            case or with a trailing dot too.
+
+    Returns:
+        True for a loopback name or address.
+    """
     name = host.lower().rstrip(".")
     if name in ("localhost", "ip6-localhost"):
         return True
@@ -90,7 +108,18 @@ def _host_name_problem(host: str) -> str | None:
 
 
 def parse_host_list(text: str, source: str) -> tuple[str, ...]:
-    """Parses a comma-separated host list such as 'a:2222,b:2222'."""
+    """Parses a comma-separated host list such as 'a:2222,b:2222'.
+
+    Args:
+        text: The list.
+        source: Where it came from, for messages (``--ps_hosts``, a cluster file, ...).
+
+    Returns:
+        The addresses, each checked to be host:port.
+
+    Raises:
+        ConfigError: an empty list or entry, or a bad address, naming ``source``.
+    """
     if text is None or not str(text).strip():
         raise ConfigError(f"host list from {source} is empty")
     items = [item.strip() for item in str(text).split(",")]
@@ -126,10 +155,12 @@ class ClusterConfig:
     # Who this task is.
     @property
     def device(self) -> str:
+        """This task's device name, ``/job:<type>/task:<index>``."""
         return f"/job:{self.task_type}/task:{self.task_index}"
 
     @property
     def address(self) -> str:
+        """This task's host:port."""
         return self.jobs[self.task_type][self.task_index]
 
     @property
@@ -139,6 +170,7 @@ class ClusterConfig:
 
     @property
     def is_chief(self) -> bool:
+        """Whether this task is the chief (``chief_task``)."""
         return (self.task_type, self.task_index) == self.chief_task
 
     @property
@@ -149,6 +181,7 @@ class ClusterConfig:
     # The shape of the cluster.
     @property
     def num_ps(self) -> int:
+        """The number of parameter servers."""
         return len(self.jobs.get(PS, ()))
 
     @property
@@ -253,6 +286,18 @@ class ClusterConfig:
 
     @classmethod
     def from_dict(cls, payload, source: str) -> ClusterConfig:
+        """Builds a cluster from a parsed TF_CONFIG-shaped object (``cluster``, ``task``, ``environment``).
+
+        Args:
+            payload: The object.
+            source: Where it came from, for messages.
+
+        Returns:
+            The validated cluster.
+
+        Raises:
+            ConfigError: a payload that is not such an object or names a bad cluster or task.
+        """
         if not isinstance(payload, dict):
             raise ConfigError(f"{source} must be a JSON object, got {_clip(payload)}")
         cluster = payload.get("cluster")
@@ -298,6 +343,22 @@ def resolve(
     TF_CONFIG or a cluster file give the cluster; host flags given beside them
     must name the same cluster and task. With neither and no host flags, the
     textbook localhost cluster (1 ps + 2 workers, ports 2222-2224) is used.
+
+    Args:
+        ps_hosts: ``--ps_hosts``, a comma-separated host:port list.
+        worker_hosts: ``--worker_hosts``.
+        chief_hosts: ``--chief_hosts``.
+        evaluator_hosts: ``--evaluator_hosts``.
+        job_name: This task's job.
+        task_index: This task's index in its job.
+        cluster_file: A JSON file with a TF_CONFIG-shaped ``cluster`` (or a bare job map).
+        tf_config: The TF_CONFIG JSON text.
+
+    Returns:
+        The validated cluster and this task's role in it.
+
+    Raises:
+        ConfigError: a bad value, or sources that disagree, naming the value and its source.
     """
     any_hosts = any((ps_hosts, worker_hosts, chief_hosts, evaluator_hosts))
     if tf_config and tf_config.strip() and cluster_file:

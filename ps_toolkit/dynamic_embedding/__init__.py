@@ -1,15 +1,6 @@
 """Dynamic embedding tables on core TensorFlow: id -> row hash tables sharded over the ps, trained, saved, served.
 
-Public API (see docs/dynamic_embedding.md):
-
-    table = dynamic_embedding.get_table("user", dim=16)           # in a model_fn; sharded over every ps
-    rows = dynamic_embedding.lookup(table, ids)                     # ids of any shape -> ids.shape + [16]
-    vectors = dynamic_embedding.lookup_sparse(table, sp_ids, combiner="mean")
-    table.size()                                                    # rows over all shards (int64 tensor)
-
-A model_fn that returns a loss trains its tables with the toolkit's
-``--optimizer``; one that builds its own train_op wraps its optimizer in
-``TableOptimizer``.
+Usage: docs/dynamic_embedding.md. Design: docs/design.md, "Dynamic embedding tables".
 """
 
 from ps_toolkit.dynamic_embedding.initial_rows import InitialRows

@@ -1,12 +1,6 @@
 """Eviction, on each shard's ps: ids not seen for a number of global steps, then the least recently seen.
 
-One op per shard, run by the chief's maintenance hook in a session.run of
-its own, never inside a step. It reads the shard's meta (count, last seen),
-removes from every hash table of the shard (rows, meta, slots) the ids last
-seen more than ``evict_after_steps`` global steps ago, then, if the shard
-still knows more than ``max_rows_per_shard`` ids (rows and ids still counting
-towards admission), the least recently seen of them. It adds the rows it
-removed to the shard's eviction counter.
+Design: docs/design.md, "Dynamic embedding tables".
 """
 
 from __future__ import annotations

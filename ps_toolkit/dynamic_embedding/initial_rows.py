@@ -48,7 +48,16 @@ class InitialRows:
             raise ConfigError(f"InitialRows scale {self.scale!r} must be a finite number >= 0")
 
     def rows(self, ids: tf.Tensor, dim: int, dtype: tf.DType) -> tf.Tensor:
-        """The initial rows of ``ids`` (a 1-D tensor): shape [len(ids), dim], ``dtype``."""
+        """The initial rows of ``ids``.
+
+        Args:
+            ids: A 1-D tensor of ids.
+            dim: The row length.
+            dtype: The rows' float dtype.
+
+        Returns:
+            A ``[len(ids), dim]`` tensor of ``dtype``, the same for an id in every process.
+        """
         if self.distribution == "constant":
             return tf.fill(tf.stack([tf.size(ids), dim]), tf.constant(self.scale, dtype))
         first = _uniform01(ids, dim, self.seed, salt=0)

@@ -34,6 +34,7 @@ class LookupRecord:
 
     @property
     def name(self) -> str:
+        """The name of the rows tensor: how a gradient pair names its lookup."""
         return self.rows.name
 
 
@@ -107,7 +108,16 @@ def lookup_sparse(
 
 
 def unique_rows(table: DynamicTable, unique_ids: tf.Tensor, counts: tf.Tensor) -> tf.Tensor:
-    """The rows of distinct ids, read shard by shard on the ps, recorded for training."""
+    """The rows of distinct ids, read shard by shard on the ps, recorded for training.
+
+    Args:
+        table: The table to read.
+        unique_ids: Distinct ids, a vector of the table's key dtype.
+        counts: How often each of them occurred in the lookup.
+
+    Returns:
+        A ``[len(unique_ids), dim]`` tensor of their rows (initial rows for ids not admitted).
+    """
     if table.num_shards == 1:
         rows = read_shard(table.shards[0], unique_ids)
     else:
@@ -129,6 +139,7 @@ def read_shard(shard: TableShard, ids: tf.Tensor) -> tf.Tensor:
 
 
 def records_of_graph(graph=None) -> list[LookupRecord]:
+    """The lookups made in ``graph`` (default: the default graph), in order, for training their rows."""
     return (graph or tf.compat.v1.get_default_graph()).get_collection(LOOKUPS)
 
 

@@ -37,6 +37,7 @@ class TableMaintenanceHook(tf.compat.v1.train.SessionRunHook):
         self.history: dict = {table.name: [] for table in self._tables}
 
     def begin(self):
+        """Builds the eviction op and the measures of every table."""
         self._global_step = tf.compat.v1.train.get_global_step()
         evicting = [table for table in self._tables if eviction.evicts(table)]
         with tf.name_scope("table_maintenance"):
@@ -52,24 +53,33 @@ class TableMaintenanceHook(tf.compat.v1.train.SessionRunHook):
             }
 
     def after_create_session(self, session, coord):
+        """Measures the tables as the session finds them (a restored run: their restored size)."""
         step = int(session.run(self._global_step))
         self._next_step = step + self._every_steps
         self.maintain(session, step)  # where the tables start from (a restored run: their restored size)
 
     def before_run(self, run_context):
+        """Asks for the global step with each run."""
         return tf.compat.v1.train.SessionRunArgs(self._global_step)
 
     def after_run(self, run_context, run_values):
+        """Maintains the tables once ``every_steps`` global steps have passed."""
         step = int(run_values.results)
         if step >= self._next_step:
             self._next_step = step + self._every_steps
             self.maintain(run_context.session, step)
 
     def end(self, session):
+        """Maintains the tables once more at the last step."""
         self.maintain(session, int(session.run(self._global_step)))
 
     def maintain(self, session, step: int) -> None:
-        """Evicts, then measures every table at ``step``; records and writes the measures."""
+        """Evicts, then measures every table at ``step``; records and writes the measures.
+
+        Args:
+            session: The chief's session.
+            step: The global step the measures are recorded at.
+        """
         before = session.run({name: measure["rows"] for name, measure in self._measures.items()})
         session.run(self._evict)
         measures = session.run(self._measures)

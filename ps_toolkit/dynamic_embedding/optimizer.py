@@ -1,16 +1,6 @@
 """Training the tables: the gradient of a loss with respect to its lookups' rows, and an optimizer that applies it.
 
-``TableOptimizer(optimizer)`` wraps a ``tf.compat.v1.train`` optimizer: its
-``compute_gradients`` adds one (gradient, ``TableRows``) pair per lookup the
-loss depends on, its ``apply_gradients`` hands the variables' pairs to the
-wrapped optimizer and applies the tables' pairs shard by shard on the ps
-(``apply.apply_table``), with the wrapped optimizer's formulas and slots kept
-in the shard. The toolkit wraps its ``--optimizer`` this way when a model_fn
-made tables; a model_fn with its own train_op wraps its optimizer itself.
-
-Example:
-    optimizer = dynamic_embedding.TableOptimizer(tf.compat.v1.train.AdagradOptimizer(0.1))
-    train_op = optimizer.minimize(loss, global_step=tf.compat.v1.train.get_or_create_global_step())
+Design: docs/design.md, "Dynamic embedding tables".
 """
 
 from __future__ import annotations
@@ -33,10 +23,12 @@ class TableRows:
 
     @property
     def name(self) -> str:
+        """The lookup's rows tensor's name."""
         return self.record.rows.name
 
     @property
     def table(self):
+        """The DynamicTable the lookup read."""
         return self.record.table
 
 
@@ -46,7 +38,14 @@ def is_table_rows(variable) -> bool:
 
 
 def sync_gradients(grads_and_vars) -> list:
-    """The pairs with each table's lookups merged and split by shard, as the sync accumulators take them."""
+    """The pairs with each table's lookups merged and split by shard, as the sync accumulators take them.
+
+    Args:
+        grads_and_vars: (gradient, variable) pairs, the tables' with ``TableRows`` variables.
+
+    Returns:
+        The variables' pairs as they are, then one (IndexedSlices, ``ShardRows``) pair per shard.
+    """
     grads_and_vars = list(grads_and_vars)
     tables = [(g, v) for g, v in grads_and_vars if isinstance(v, TableRows) and g is not None]
     pairs = [(g, v) for g, v in grads_and_vars if not isinstance(v, TableRows)]
@@ -69,7 +68,14 @@ def _by_table(pairs) -> dict:
 
 
 def table_gradients(loss: tf.Tensor) -> list[tuple[tf.Tensor, TableRows]]:
-    """(gradient summed per unique id, TableRows) for each lookup of the default graph that ``loss`` depends on."""
+    """(gradient summed per unique id, TableRows) for each lookup of the default graph that ``loss`` depends on.
+
+    Args:
+        loss: A scalar loss tensor.
+
+    Returns:
+        One pair per lookup with a gradient; empty if ``loss`` reads no table.
+    """
     reachable = _ops_reaching(loss)
     records = [record for record in lookups.records_of_graph() if record.rows.op in reachable]
     if not records:
@@ -103,22 +109,42 @@ class TableOptimizer:
 
     @property
     def rule(self) -> row_rules.RowRule:
+        """How the wrapped optimizer's formula updates rows and their slots."""
         if self._rule is None:
             self._rule = row_rules.rule_for(self.optimizer)
         return self._rule
 
     def compute_gradients(self, loss, var_list=None, **kwargs) -> list:
-        """The wrapped optimizer's pairs for the variables (``var_list``'s, less any TableRows), then the tables'."""
+        """The wrapped optimizer's pairs for the variables (``var_list``'s, less any TableRows), then the tables'.
+
+        Args:
+            loss: A scalar loss tensor.
+            var_list: The variables to train; by default every trainable variable.
+            **kwargs: Passed to the wrapped optimizer's ``compute_gradients``.
+
+        Returns:
+            (gradient, variable) pairs, the tables' with ``TableRows`` variables.
+        """
         variables = None if var_list is None else [v for v in var_list if not is_table_rows(v)]
         trainable = variables if variables is not None else tf.compat.v1.trainable_variables()
         pairs = self.optimizer.compute_gradients(loss, var_list=variables, **kwargs) if trainable else []
         return list(pairs) + self.table_gradients(loss)
 
     def table_gradients(self, loss) -> list:
+        """The tables' pairs of ``loss``: the module's ``table_gradients``."""
         return table_gradients(loss)
 
     def apply_gradients(self, grads_and_vars, global_step=None, name=None) -> tf.Operation:
-        """Applies the variables' pairs with the wrapped optimizer and the tables' on their shards."""
+        """Applies the variables' pairs with the wrapped optimizer and the tables' on their shards.
+
+        Args:
+            grads_and_vars: Pairs from ``compute_gradients`` (or ``sync_gradients``).
+            global_step: Incremented once by the update, if given.
+            name: A name scope for the ops.
+
+        Returns:
+            The op that applies every pair.
+        """
         grads_and_vars = list(grads_and_vars)
         tables = [(g, v) for g, v in grads_and_vars if is_table_rows(v) and g is not None]
         dense = [(g, v) for g, v in grads_and_vars if not is_table_rows(v)]
@@ -134,7 +160,15 @@ class TableOptimizer:
             return tf.compat.v1.assign_add(global_step, 1).op
 
     def table_updates(self, pairs, global_step) -> list:
-        """The ops applying (gradient, TableRows) pairs, one per table (its lookups merged by id)."""
+        """The ops applying (gradient, TableRows) pairs, one per table (its lookups merged by id).
+
+        Args:
+            pairs: (gradient, TableRows) pairs, or (mean gradient, ShardRows) pairs from sync aggregation.
+            global_step: The global step the rows are marked as seen at.
+
+        Returns:
+            One update op per table or shard.
+        """
         updates = []
         for records in _by_table([(g, v) for g, v in pairs if isinstance(v, TableRows)]).values():
             ids, grads, counts = apply.merged(records)
@@ -149,6 +183,18 @@ class TableOptimizer:
         return updates
 
     def minimize(self, loss, global_step=None, var_list=None, name=None, **kwargs) -> tf.Operation:
+        """``compute_gradients`` then ``apply_gradients``, as ``tf.compat.v1.train.Optimizer.minimize``.
+
+        Args:
+            loss: A scalar loss tensor.
+            global_step: Incremented once by the update, if given.
+            var_list: The variables to train; by default every trainable variable.
+            name: A name scope for the ops.
+            **kwargs: Passed to the wrapped optimizer's ``compute_gradients``.
+
+        Returns:
+            The training op.
+        """
         return self.apply_gradients(self.compute_gradients(loss, var_list, **kwargs), global_step, name)
 
 

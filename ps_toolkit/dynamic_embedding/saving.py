@@ -1,13 +1,6 @@
 """Tables in the chief's checkpoints: each shard's rows, meta and slots saved bucket by bucket, re-sharded on restore.
 
-Every hash table of a shard (rows, meta, each slot) is one SaveableObject of
-``tf.compat.v1.train.Saver``: on save the shard's ps exports its keys and
-values and splits them into the save buckets it owns
-(``keys.buckets_of_shard``), saved as ``<table>/<component>/bucket_NN/keys``
-and ``.../values``. Names do not depend on the number of ps, so a job with
-another number of ps (or the one-shard export graph) reads back the buckets
-its shards own: ids are re-sharded on restore. The restore replaces a
-shard's content whole and checks the row dim against the table's.
+Design: docs/design.md, "Dynamic embedding tables".
 """
 
 from __future__ import annotations
@@ -88,9 +81,15 @@ _KEY = re.compile(r"^(?P<table>.+)/(?P<component>rows|meta|slot_[^/]+)/bucket_\d
 def checkpoint_differences(saved: dict, tables) -> tuple[list[str], set]:
     """(differences between a checkpoint's tables and ``tables``, the checkpoint keys that are tables').
 
-    ``saved`` maps checkpoint keys to shapes. A difference is a table of the
-    model the checkpoint lacks, a table of the checkpoint the model lacks, or
-    rows (or slots) of another dim.
+    A difference is a table of the model the checkpoint lacks, a table of the
+    checkpoint the model lacks, or rows (or slots) of another dim.
+
+    Args:
+        saved: Checkpoint key -> shape, as a checkpoint reader's ``get_variable_to_shape_map`` gives them.
+        tables: The model's DynamicTables.
+
+    Returns:
+        (one line per difference, the checkpoint keys that belong to tables).
     """
     by_name = {table.name: table for table in tables}
     differences, consumed, seen = [], set(), set()

@@ -1,13 +1,6 @@
 """Table gradients in the shape sync training aggregates: one sparse gradient per shard, keyed by id.
 
-``--sync_replicas`` puts each variable's gradient in an accumulator on the
-variable's ps and applies the mean of the replicas' gradients once per step.
-A table's gradient joins it as one "variable" per shard (``ShardRows``, on
-the shard's ps) whose gradient is an ``IndexedSlices`` with the ids as
-indices and [row gradient, count] as values: TensorFlow's
-SparseConditionalAccumulator then averages each id's gradient over the
-replicas that saw it, as the toolkit does for an embedding's rows, and the
-chief's update applies each shard's mean rows (``TableOptimizer``).
+Design: docs/design.md, "Dynamic embedding tables".
 """
 
 from __future__ import annotations

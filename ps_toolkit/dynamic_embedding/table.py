@@ -32,7 +32,14 @@ STAT_ADMITTED, STAT_EVICTED = 0, 1
 
 @contextlib.contextmanager
 def shard_devices(devices: Sequence[str] | None):
-    """Tables created inside, without ``devices`` of their own, get one shard per device (the toolkit's ps)."""
+    """Tables created inside, without ``devices`` of their own, get one shard per device (the toolkit's ps).
+
+    Args:
+        devices: One device string per shard; None or empty: one local shard.
+
+    Yields:
+        Nothing; the devices hold inside the ``with`` block.
+    """
     graph = tf.compat.v1.get_default_graph()
     stack = graph.get_collection_ref(_DEVICES)
     stack.append(tuple(devices or ()))  # none (no ps): one local shard, as default_devices says
@@ -110,6 +117,7 @@ class DynamicTable:
         self.shards = [TableShard(self, i, device) for i, device in enumerate(self.devices)]
 
     def on_new_component(self, shard: TableShard, component: str, hash_table: HashTable) -> None:
+        """Tells every listener of ``add_component_listener`` that ``shard`` has a new hash table."""
         for listener in self._component_listeners:
             listener(shard, component, hash_table)
 
@@ -123,6 +131,7 @@ class DynamicTable:
                 listener(shard, component, hash_table)
 
     def initial_rows(self, ids: tf.Tensor) -> tf.Tensor:
+        """The rows ``ids`` have before any training: the table's ``InitialRows``, seeded by id."""
         return self.initializer.rows(ids, self.dim, self.value_dtype)
 
     def size(self) -> tf.Tensor:
@@ -130,6 +139,7 @@ class DynamicTable:
         return tf.add_n([shard.rows.size() for shard in self.shards])
 
     def shard_sizes(self) -> list[tf.Tensor]:
+        """The number of rows of each shard: int64 scalars, in shard order."""
         return [shard.rows.size() for shard in self.shards]
 
     def stat(self, which: int) -> tf.Tensor:
@@ -238,8 +248,16 @@ def _check_positive_int(table_name: str, field: str, value, why: str = "") -> No
 
 
 def clear_graph_collections(graph=None) -> bool:
-    """Empties the collections that hold the tables' Python objects (before a meta graph export); True if any
-    table was there. The tables' saveables go too: build the Saver first."""
+    """Empties the collections that hold the tables' Python objects, before a meta graph export.
+
+    The tables' saveables go too: build the Saver first.
+
+    Args:
+        graph: The graph; by default the default graph.
+
+    Returns:
+        True if the graph had any table.
+    """
     from ps_toolkit.dynamic_embedding import lookups
 
     graph = graph or tf.compat.v1.get_default_graph()

@@ -141,10 +141,12 @@ class LocalCluster:
         return {name: plan.address for name, plan in self._plans.items()}
 
     def cluster_config(self, job: str, index: int) -> ClusterConfig:
+        """The cluster as task ``job:index`` sees it (its TF_CONFIG)."""
         return ClusterConfig.from_tf_config(self._plan(job, index).env["TF_CONFIG"])
 
     # Tasks.
     def pid(self, job: str, index: int) -> int:
+        """The process id of task ``job:index``."""
         return self._group.process(self._plan(job, index).name).pid
 
     def returncode(self, job: str, index: int) -> int | None:
@@ -152,15 +154,30 @@ class LocalCluster:
         return self._group.returncode(self._plan(job, index).name)
 
     def log_path(self, job: str, index: int) -> str:
+        """The file task ``job:index`` logs to: ``<log_dir>/<job>-<index>.log``."""
         return os.path.join(self.log_dir, f"{job}-{index}.log")
 
     def log_tail(self, job: str, index: int) -> str:
+        """The last 4 KiB of task ``job:index``'s log."""
         with open(self.log_path(job, index), "rb") as handle:
             handle.seek(max(0, os.path.getsize(self.log_path(job, index)) - _TAIL_BYTES))
             return handle.read().decode("utf-8", "replace")
 
     def kill(self, job: str, index: int, sig: int = signal.SIGKILL, timeout_secs: float = 10.0) -> int | None:
-        """Sends ``sig`` to the task's process tree and waits (bounded) for it to exit."""
+        """Sends ``sig`` to the task's process tree and waits (bounded) for it to exit.
+
+        Args:
+            job: The task's job.
+            index: The task's index.
+            sig: The signal; SIGKILL, as a crash would, by default.
+            timeout_secs: The longest wait for the exit.
+
+        Returns:
+            The task's exit status, or None if it still runs after ``timeout_secs``.
+
+        Raises:
+            KeyError: no such task in this cluster.
+        """
         name = self._plan(job, index).name
         self._group.kill(name, sig)
         return self._group.wait([name], time.monotonic() + timeout_secs)[name]
@@ -173,10 +190,18 @@ class LocalCluster:
         self._spawn(plan)
 
     def wait(self, jobs: Sequence[str] = ("chief", "worker"), timeout_secs: float = 300.0) -> dict[str, int]:
-        """Waits until every task of ``jobs`` has exited; returns 'job:index' -> status.
+        """Waits until every task of ``jobs`` has exited.
 
-        Raises TaskFailedError as soon as one exits non-zero, or when the
-        timeout passes first (naming a task still running).
+        Args:
+            jobs: The jobs to wait for (parameter servers never end by themselves).
+            timeout_secs: The longest wait.
+
+        Returns:
+            'job:index' -> exit status, for every task of ``jobs``.
+
+        Raises:
+            TaskFailedError: as soon as one exits non-zero, or when the timeout passes
+                first (naming a task still running, with its threads' stacks).
         """
         names = [name for name, plan in self._plans.items() if plan.job in jobs]
         codes = self._group.wait(names, time.monotonic() + timeout_secs, stop_at_failure=True)
@@ -189,9 +214,21 @@ class LocalCluster:
         return codes
 
     def verdict(self, timeout_secs: float = 300.0) -> str:
-        """The launcher's verdict on this cluster (``ps_toolkit.launch.verdict``): waits for the chief, the
-        workers and the evaluator as ``wait`` does, then raises TaskFailedError (naming the chief and its
-        last lines) unless training happened. Returns what shows that it did, e.g. 'global step 200 (chief:0)'."""
+        """The launcher's verdict on this cluster: did the job succeed, and did it train.
+
+        Waits for the chief, the workers and the evaluator as ``wait`` does, then
+        applies the launcher's rule (``ps_toolkit.launch.verdict``).
+
+        Args:
+            timeout_secs: The longest wait for the tasks.
+
+        Returns:
+            What shows that training happened, e.g. 'global step 200 (chief:0)'.
+
+        Raises:
+            TaskFailedError: a task failed, or did not end in time, or nothing trained
+                (naming the chief and its last lines).
+        """
         jobs = (CHIEF, WORKER, EVALUATOR)
         codes = self.wait(jobs, timeout_secs)
         outputs = {name: self._output(name) for name in codes}
@@ -256,6 +293,7 @@ class InProcessCluster:
         self.servers: dict[str, list] = {}
 
     def start(self) -> InProcessCluster:
+        """Reserves a port per task and starts every task's server in this process; returns ``self``."""
         import tensorflow as tf
 
         self._reservation = reserve_ports(self._topology.num_tasks)
@@ -275,9 +313,11 @@ class InProcessCluster:
         return {job: [server.target for server in servers] for job, servers in self.servers.items()}
 
     def cluster_config(self, job: str, index: int) -> ClusterConfig:
+        """The cluster with task ``job:index`` as this process's role."""
         return ClusterConfig(jobs=self.cluster_spec, task_type=job, task_index=index, source="InProcessCluster")
 
     def stop(self) -> None:
+        """Frees the port reservations; the servers end with the process."""
         if self._reservation is not None:
             self._reservation.release()
             self._reservation = None

@@ -1,12 +1,6 @@
 """The built-in MNIST models as model_fns of the public seam: softmax regression, an MLP, a wide MLP, a CNN.
 
-They are clients of ``ps_toolkit.training.model_api`` like any user's model: features
-are ``{"image": [batch, 784] float32}``, labels int64 class ids, and every
-mode returns a ``ModelSpec`` (a loss, the predicted class and probabilities,
-an ``accuracy`` metric). Their fully connected layers are
-``ps_toolkit.placement.layers.dense``, so ``--compute_near_weights`` applies to them
-as to any model built with it. ``definition`` pairs a model with the MNIST
-input pipeline of ``ps_toolkit.models.mnist_data``.
+Design: docs/design.md, "The training seam and the public API".
 """
 
 from __future__ import annotations

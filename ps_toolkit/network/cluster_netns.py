@@ -1,28 +1,6 @@
 """One private network namespace per loopback cluster, shared by its hand-started tasks, made without root.
 
-TensorFlow's gRPC server listens on every interface without authentication.
-When every host of a cluster is a loopback address, its tasks need nothing
-but loopback: the first task of the cluster starts a keeper process
-(netns_keeper.py) that makes an unprivileged user + network namespace with
-loopback up; every task of the cluster, the first included, joins it with
-setns() through the keeper's /proc/PID/ns files. The tasks find the keeper
-through a Unix socket in this user's private 0700 state folder
-(``paths.state_subdir("netns")``), one per cluster (named after a hash of
-its addresses), so only this user's tasks can join, and only those of the
-same cluster. Each task keeps its connection to the keeper open for its
-whole life; the keeper ends, and the namespace with it, when the last
-connection closes, however the task ended (SIGKILL included).
-
-A lock file serialises the tasks that start at once: under it a task either
-connects to a live keeper or starts a new one, and a keeper that sees its
-last member leave takes the same lock before it stops listening, so a task
-never joins a keeper that is going away.
-
-setns() into a user namespace needs a process with one thread. A task that
-already has more (TensorFlow imported: the compat layer's Server, or
-``ps_toolkit.train`` in a program of the user's) is re-executed through this
-module, which joins while it still has one thread and then executes the same
-command line again, inside the namespace.
+Design: docs/design.md, "One start-up, and keeping the ports private".
 """
 
 from __future__ import annotations

@@ -1,33 +1,7 @@
 """Packet-filter rules that keep a task's port to loopback and the cluster's own hosts.
 
-TensorFlow's gRPC server binds every interface (``[::]:port``) and has no
-authentication: whoever reaches the port can run any operation in the task
-(read and write files, assign the global step). A task that is not inside the
-launcher's private network namespace therefore guards its port before it binds
-it: packets to the port that do not come in on loopback or from one of the
-cluster's own hosts are dropped (iptables and ip6tables, INPUT chain).
-
-The rules are held by a small guardian process (this file run as a script)
-that installs them, then waits for end-of-file on a pipe from the task. The
-pipe closes whenever the task ends, however it ends (``os._exit``, a signal,
-SIGKILL included), and the guardian then removes the rules. The guardian
-leaves the task's process tree as it starts (a double fork, a session of its
-own): a SIGKILL of the task's whole tree (a ``--kill`` drill, a launcher's
-teardown) does not reach it, so the rules always outlive the task, and go
-after it.
-
-Every rule carries the comment ``ps_toolkit port <port> owner <pid>.<start>``:
-its guardian's pid and start time, which no later process repeats. A guardian
-removes only its own rules (an old guardian resumed after a newer task took
-its port leaves the newer one's alone), and each new guardian first removes
-the rules whose owner no longer runs (a guardian that was itself SIGKILLed),
-on every port, and the owner-less rules of older versions on its own port.
-
-Where no rules can be installed (not root, no iptables, no CAP_NET_ADMIN) the
-task refuses to start unless told the open port is intended: ``--allow_open_ports``
-or ``PS_TOOLKIT_ALLOW_OPEN_PORTS=1``.
-
-This module imports only the standard library: it runs as its own process.
+Imports only the standard library: it runs as its own process.
+Design: docs/design.md, "One start-up, and keeping the ports private".
 """
 
 from __future__ import annotations

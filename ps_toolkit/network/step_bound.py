@@ -1,23 +1,6 @@
 """How far the global step can honestly move between two of the chief's reads.
 
-The global step lives on a ps, and anyone who can reach the ps can assign it:
-set to 10**9, it would end training at once and be saved as the newest
-checkpoint. The chief reads the step after every run anyway; this bound
-tells it when a read cannot be the replicas' doing:
-
-* never above ``train_steps`` plus one run of every replica, times ``slack``:
-  a replica stops once it reads a step at or past ``train_steps``, so honest
-  overshoot is at most one run each; this holds from the first read on,
-  a restored checkpoint included;
-* between two reads, at most ``slack`` runs of every replica plus what every
-  replica could do in the time between the reads at ``slack`` times the
-  fastest rate the chief itself has stepped at. Until the chief has timed
-  ``warm_runs`` runs of its own only the ceiling applies: its first runs
-  include graph warm-up (each new fetch registers a graph on every ps) while
-  the others may already train at full speed.
-
-A step that goes down (a ps restarted and restored from an older checkpoint)
-is not a jump: it becomes the new baseline. Pure arithmetic, no TensorFlow.
+Pure arithmetic, no TensorFlow. Design: docs/design.md, "Bounded waits: the watchdog and the step bound".
 """
 
 from __future__ import annotations

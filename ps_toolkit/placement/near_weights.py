@@ -1,22 +1,6 @@
 """Which fully connected layers run on the ps that holds their weights (``--compute_near_weights``).
 
-A layer run on the worker pulls its weight matrix and pushes its gradient
-every step: two matrices. Run on the ps beside its weights (Project Adam's
-placement, OSDI 2014), it moves activations instead: the layer's input and
-output forward, the output's gradient back (and the input's, which ``auto``
-counts too). For small matrices the move is latency-bound, not bytes-bound,
-and the packed transfers already merge them; for a large matrix and a modest
-batch it is far fewer bytes (docs/performance.md measures both).
-
-Modes:
-- ``auto`` (the default): a layer runs near its weights when its matrix is too
-  large to be packed (over ``choices.PACK_LIMIT_BYTES``) and the
-  activations it would move are at most a quarter of the matrix bytes a step
-  would move otherwise; never on a worker with a GPU, where the matmul belongs,
-  nor with more than ``MAX_REPLICAS_NEAR`` replicas: the ps holding the matrix
-  would do every replica's arithmetic for that layer;
-- ``all``: every fully connected layer (the earlier opt-in ``--compute_near_weights``);
-- ``none``: every layer on the worker, as the raw TF1 script does.
+Design: docs/design.md, "Layers near their weights".
 """
 
 from __future__ import annotations

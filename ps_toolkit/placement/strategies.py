@@ -80,6 +80,7 @@ class GreedyLoadBalancingStrategy:
         self._last = None  # (op, chosen task, load) of the op placed most recently
 
     def __call__(self, op) -> int:
+        """The ps task index for variable op ``op``: the least loaded so far."""
         self._settle_last()
         task = min(range(len(self._loads)), key=self._loads.__getitem__)
         load = self._load_fn(op)
@@ -131,6 +132,7 @@ class RandomStrategy:
         self._seed = seed
 
     def __call__(self, op) -> int:
+        """The ps task index for variable op ``op``: a hash of its name and the seed."""
         digest = hashlib.sha256(f"{self._seed}:{op.name}".encode()).digest()
         return int.from_bytes(digest[:8], "big") % self._num_tasks
 

@@ -1,24 +1,6 @@
 """The one start-up of a task, whichever way it was started: checks, port protection, title, signals, exit.
 
-Every entry point calls ``begin`` before its task binds its port:
-``run_task.py`` (and through it the launcher's, Slurm's and Kubernetes'
-tasks, forked or executed), ``ps_toolkit.train``, the compat layer's
-``tf.train.Server`` (old scripts under ``run_legacy.py``) and the estimator
-roles. ``begin``:
-
-- names the process after its role (``ps_toolkit ps:0 <its arguments>``, what
-  ``ps`` and ``pgrep -f job_name=ps`` see);
-- makes ``kill -USR1 <pid>`` write every thread's stack to stderr;
-- checks the topology and that the host resolves and the port is free
-  (``checks=True``; the compat layer's servers accept what TensorFlow accepted);
-- keeps the port private: inside the launcher's namespace nothing is needed;
-  a cluster whose hosts are all loopback addresses joins the cluster's own
-  unprivileged network namespace (cluster_netns.py); otherwise packet-filter
-  rules (port_guard.py) admit only the cluster's hosts, or the task refuses to
-  start unless the open port is intended (--allow_open_ports).
-
-``exit_on_interrupt`` makes Ctrl-C end a hand-started tool's task with one
-line and exit status 130; ``finish`` is a tool's fast exit.
+Design: docs/design.md, "One start-up, and keeping the ports private".
 """
 
 from __future__ import annotations

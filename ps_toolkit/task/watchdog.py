@@ -1,24 +1,6 @@
 """A progress watchdog: a task that stops making progress ends, says why, and exits retryably.
 
-TensorFlow itself waits forever in several places: creating a session against
-an unreachable ps ("CreateSession still waiting"), a sync step short of
-replicas, a ps that never answers. The watchdog bounds them all: if the
-global step has not advanced for ``timeout_secs`` it logs what the task was
-waiting for, probes the peers it needs, and exits with EXIT_RETRYABLE, so a
-restart policy (the launcher's, Kubeflow's, Slurm's) can try again.
-
-Long before that, the task says itself what it waits for: once it has made
-no progress for ``FIRST_REPORT_SECS`` it probes the peers it needs (every ps;
-the chief, for the other replicas) and, while one is unreachable, logs one
-line every ``REPORT_EVERY_SECS``: how long it has made no progress, and each
-unreachable peer with its address. Before its first step with every peer
-answering, it says what it waits for (the chief to initialize the model,
-...) from ``REPORT_EVERY_SECS`` on: a start of a few seconds is normal.
-
-While no step is made it also probes those peers every poll, so that a peer
-that went away and came back (a ps killed and restarted: nothing fails for a
-sync replica blocked on its token queue) is named with the time it answered
-again; a sync replica also probes the other replicas its steps need.
+Design: docs/design.md, "Bounded waits: the watchdog and the step bound".
 """
 
 from __future__ import annotations

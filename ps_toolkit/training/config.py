@@ -18,7 +18,13 @@ WIRE_DTYPES = ("float32", "bfloat16")
 
 @dataclasses.dataclass(frozen=True)
 class TrainConfig:
-    """What to train and how. ``validate`` checks it against a cluster."""
+    """What to train and how; each field is the ``run_task.py`` flag of the same name.
+
+    A frozen dataclass: make one with the fields to change, e.g.
+    ``TrainConfig(train_steps=1000, optimizer="adagrad", checkpoint_dir="/shared/run1")``.
+    ``validate`` checks it against a cluster; the flags' meanings are in
+    docs/tasks.md ("Training flags") and docs/model_fn.md.
+    """
 
     model: str = "softmax"  # the built-in model the CLI trains when no --model_fn is given
     data_dir: str | None = None  # the built-in models' MNIST folder; None: the embedded digits
@@ -71,12 +77,20 @@ class TrainConfig:
         return self.pack_transfers and self.compute_near_weights != "all"
 
     def learning_rate_for(self, default_learning_rates) -> float:
-        """The learning rate: the one given, else the model's default for the optimizer, else the optimizer's."""
+        """The learning rate: the one given, else the model's default for the optimizer, else the optimizer's.
+
+        Args:
+            default_learning_rates: Optimizer name -> the model's own learning rate.
+
+        Returns:
+            The learning rate to train with.
+        """
         if self.learning_rate is not None:
             return self.learning_rate
         return default_learning_rates.get(self.optimizer, optimizers.DEFAULT_LEARNING_RATES[self.optimizer])
 
     def aggregate_count(self, cluster: ClusterConfig) -> int:
+        """The gradients a sync step averages: ``replicas_to_aggregate``, else every replica of ``cluster``."""
         return self.replicas_to_aggregate or cluster.num_replicas
 
     def _check_ranges(self, cluster: ClusterConfig) -> None:
@@ -98,7 +112,14 @@ class TrainConfig:
         flag_ranges.check_seconds("stop_grace_secs", self.stop_grace_secs, zero_ok=True, none_ok=False)
 
     def validate(self, cluster: ClusterConfig) -> None:
-        """Raises ConfigError naming the first bad or contradictory setting."""
+        """Checks every setting, alone and against ``cluster``.
+
+        Args:
+            cluster: The cluster this task trains in.
+
+        Raises:
+            ConfigError: naming the first bad or contradictory setting.
+        """
         optimizers.check_name(self.optimizer)
         for name in ("train_steps", "batch_size", "save_summaries_steps", "steps_per_run"):
             if getattr(self, name) <= 0:

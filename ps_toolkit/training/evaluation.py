@@ -1,9 +1,6 @@
 """Evaluation through the model_fn's ``eval_metric_ops``: its graph, the final evaluation hook and its summaries.
 
-The final evaluation and the evaluator task (task/roles/evaluator.py) both
-run the model_fn in EVAL mode over the finite dataset of its
-``eval_input_fn`` and report every metric (``tf.compat.v1.metrics``), plus
-the mean EVAL loss as ``loss`` unless the model names one itself.
+Design: docs/design.md, "One replica's step".
 """
 
 from __future__ import annotations

@@ -1,15 +1,6 @@
 """Putting a new SavedModel at ``--export_dir``: staged beside it, swapped in whole, leftovers of dead exports removed.
 
-A model is written to a hidden staging folder ``.export-*`` beside ``export_dir``
-(same file system, so the swap is a rename). The swap leaves either the old
-or the new model at ``export_dir`` at every instant: where the kernel and file
-system have ``renameat2(RENAME_EXCHANGE)`` the two folders trade places in one
-step; elsewhere the old one is moved aside and the new one renamed in (a
-moment with no model, as before). Each staging folder holds a lock (``.lock``,
-flock) while its export lives: the next export to the same folder removes the
-staging folders whose lock nobody holds (an export killed mid-way), under a
-lock on the parent folder so that it never sees a live export's folder before
-that export holds its lock.
+Design: docs/design.md, "One replica's step".
 """
 
 from __future__ import annotations

@@ -1,21 +1,6 @@
 """The training seam's contract: ``model_fn``, ``input_fn`` and what they return.
 
-Everything the toolkit trains goes through these: a user's model, the
-built-in MNIST models, the CLI, the launcher, the benchmark, the evaluator.
-
-    def model_fn(features, labels, mode, params) -> ModelSpec
-    def input_fn(input_context: InputContext) -> tf.data.Dataset of (features, labels)
-    def eval_input_fn() -> a finite tf.data.Dataset of (features, labels)
-
-``model_fn`` builds the model in the default graph with
-``tf.compat.v1.get_variable`` or ``tf.compat.v1.layers`` (the toolkit's device
-function places the variables; partitioners are honoured) and returns a
-``ModelSpec``. A spec with a ``loss`` and no ``train_op`` gets every lever: the
-toolkit builds the optimizer step. A spec with its own ``train_op`` is run as
-it is. ``mode`` takes tf.estimator's ModeKeys values, so a model_fn written
-for an Estimator reads the same.
-
-Nothing here imports TensorFlow: the CLI checks its input before the import.
+Design: docs/design.md, "The training seam and the public API".
 """
 
 from __future__ import annotations
@@ -69,7 +54,19 @@ class ModelSpec:
 
     @classmethod
     def from_model_fn_result(cls, result, mode: str, source: str) -> ModelSpec:
-        """A ModelSpec from what ``source`` returned: a ModelSpec or an object with EstimatorSpec's fields."""
+        """A ModelSpec from what ``source`` returned: a ModelSpec or an object with EstimatorSpec's fields.
+
+        Args:
+            result: What the model_fn returned.
+            mode: The mode it was called in, for a result that names none.
+            source: How messages name the model_fn (``MODULE:FUNCTION``).
+
+        Returns:
+            ``result`` itself if it is a ModelSpec, else a ModelSpec of its fields.
+
+        Raises:
+            ConfigError: ``result`` is neither.
+        """
         if isinstance(result, cls):
             return result
         if result is None or not hasattr(result, "loss"):
@@ -82,9 +79,13 @@ class ModelSpec:
 class InputContext:
     """What an input_fn is told about its replica, as ``tf.distribute.InputContext`` tells it.
 
-    ``num_input_pipelines`` is the number of training replicas, ``input_pipeline_id``
-    this replica's index (the chief is 0): shard or seed by it so that no two
-    replicas read the same batches.
+    Attributes:
+        num_input_pipelines: The number of training replicas.
+        input_pipeline_id: This replica's index (the chief is 0): shard or seed by it so
+            that no two replicas read the same batches.
+        global_batch_size: ``--batch_size``.
+        num_replicas_in_sync: Replicas that split one batch: 1 (between-graph replicas
+            each take a whole batch).
     """
 
     num_input_pipelines: int
@@ -93,13 +94,30 @@ class InputContext:
     num_replicas_in_sync: int = 1
 
     def get_per_replica_batch_size(self, global_batch_size: int | None = None) -> int:
-        """The batch each replica takes; between-graph replicas each take the whole configured batch."""
+        """The batch each replica takes; between-graph replicas each take the whole configured batch.
+
+        Args:
+            global_batch_size: A batch size to split instead of the configured one.
+
+        Returns:
+            The per-replica batch size.
+        """
         return self.global_batch_size if global_batch_size is None else global_batch_size // self.num_replicas_in_sync
 
 
 @dataclasses.dataclass(frozen=True)
 class ModelDefinition:
-    """A model and its data, as the toolkit trains it: the functions of the contract above and their params."""
+    """A model and its data, as the toolkit trains it: the functions of the contract above and their params.
+
+    Attributes:
+        model_fn: ``model_fn(features, labels, mode, params) -> ModelSpec``.
+        input_fn: ``input_fn(input_context) -> tf.data.Dataset`` of (features, labels).
+        eval_input_fn: ``eval_input_fn() -> tf.data.Dataset``, finite; None for no evaluation.
+        params: Passed to ``model_fn`` (and to an input_fn with a ``params`` argument).
+        name: How messages name the model (a built-in's name, or ``MODULE:FUNCTION``).
+        default_learning_rates: Optimizer name -> the learning rate this model trains
+            well with, used when none is given.
+    """
 
     model_fn: Callable
     input_fn: Callable
@@ -111,6 +129,13 @@ class ModelDefinition:
 
 
 def function_name(function) -> str:
-    """``module:function`` of a user's function (of the function a functools.partial wraps)."""
+    """``module:function`` of a user's function (of the function a functools.partial wraps).
+
+    Args:
+        function: A function, or a ``functools.partial`` of one.
+
+    Returns:
+        Its ``module:qualname``, with ``?`` for what it lacks.
+    """
     function = getattr(function, "func", function)
     return f"{getattr(function, '__module__', '?')}:{getattr(function, '__qualname__', repr(function))}"

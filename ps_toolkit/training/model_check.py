@@ -1,12 +1,6 @@
 """Parts of a model checked in a scratch graph before its task's server starts: evaluation and export.
 
-A missing metric, a dataset of the wrong structure, a model_fn that raises:
-each is reported as one line while nobody waits for this task yet, instead
-of after the cluster has come up or training has ended. A training replica
-needs no scratch graph: it builds its training graph before its server
-starts, and its final evaluation's graph after its first step, which is
-where an EVAL mode that breaks the contract ends it (a scratch graph before
-the server would cost every start the time that evaluation graph takes).
+Design: docs/design.md, "The training seam and the public API".
 """
 
 from __future__ import annotations

@@ -1,40 +1,6 @@
 """Several training steps per session.run, in one in-graph loop: async SGD steps or sync replica steps.
 
-On a between-graph cluster of small models each step's cost is mostly fixed
-overhead, not arithmetic: a Python ``session.run`` through the MonitoredSession
-hooks, the master's RunStep, a RunGraph RPC to every ps partition and the feed.
-Running ``steps_per_run`` steps inside one ``tf.while_loop`` pays that overhead
-once per run; each iteration still pulls the current parameters from the
-parameter servers and pushes its update there, so the algorithm is unchanged.
-
-- ``multi_step``: async SGD, one global-step increment per step.
-- ``sync_multi_step``: SyncReplicasOptimizer's replica side. A sync step is a
-  chain of waits (push gradients, wait for the aggregated update's token, pull
-  the new parameters); each iteration does what the replica train op does
-  (push each gradient into its accumulator stamped with the replica's local
-  step, take a token, adopt the global step as the new local step). The
-  aggregation is ``sync_replicas.PerReplicaSyncOptimizer``'s (TensorFlow's
-  accumulators and chief update, a token queue per replica), built once,
-  outside the loop, so staleness checks, backup replicas and the chief's init
-  ops are unchanged. The caller says which variables get sparse gradients
-  (``sparse_names``: an embedding table's IndexedSlices, aggregated as a mean
-  per row); a gradient of the other kind, or a variable without one, is
-  refused when the loop is built. A wake-up token from the chief
-  (``sync_replicas.WAKE_TOKEN``: its session was re-created, or its
-  aggregation failed) ends the loop, so that MonitoredSession notices the
-  failed session. The loop also stops as soon as the global step reaches the
-  last step, read on every iteration, so no replica asks for a token past the
-  end of training; one already waiting is freed by the release tokens
-  (``hooks.SyncReleaseHook``) of the first replica to end.
-
-Example:
-    with tf.compat.v1.device(device_fn):
-        step = multi_step.apply_step_fn(optimizer, global_step, lambda: loss_and_gradients(iterator.get_next()))
-        run = multi_step.multi_step(step, steps_per_run)
-    ... session.run([run.loss, run.global_step], {run.num_steps: 10})
-
-    sync = PerReplicaSyncOptimizer(optimizer, replicas_to_aggregate=2, total_num_replicas=2, replica_index=0)
-    run = multi_step.sync_multi_step(sync, global_step, variables, loss_and_gradients, steps_per_run=10, last_step=1000)
+Design: docs/design.md, "One replica's step".
 """
 
 from __future__ import annotations

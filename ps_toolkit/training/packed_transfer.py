@@ -1,23 +1,6 @@
 """One tensor per parameter server each way per step: packed parameter pulls and gradient pushes.
 
-A between-graph replica moves every variable and every gradient as a tensor
-of its own: a RecvTensor RPC for each, with its own rendezvous and
-serialization on both ends. For models of a few dense layers that per-tensor
-cost, not the bytes, dominates a step. Here each ps concatenates the
-variables it holds into one flat tensor, the worker splits it back, and the
-gradients travel the same way in reverse, split again on the ps right next to
-the variables they update. The values and the update are those of plain SGD.
-
-Only variables up to ``PACK_LIMIT_BYTES`` are packed: a large matrix already
-amortises its RPC, and copying it into and out of a packed tensor costs more
-than it saves (docs/performance.md). A large variable is not pulled at all:
-the model reads it in place, so an embedding lookup moves only the rows it
-gathers, and its gradient goes back as it comes (IndexedSlices for a lookup).
-
-Example (inside the replica's device scope, variables already created):
-    loss, grads_and_vars = packed_transfer.loss_and_gradients(loss_fn, tf.compat.v1.trainable_variables())
-    train_op = optimizer.apply_gradients(grads_and_vars, global_step=global_step)
-    # loss_fn(custom_getter) must build the model under that variable-scope custom getter
+Design: docs/design.md, "One replica's step".
 """
 
 from __future__ import annotations

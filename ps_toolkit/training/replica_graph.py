@@ -1,21 +1,6 @@
 """One replica's training graph from a model_fn and an input_fn: input, model, optimizer step, hooks.
 
-The model_fn is called under variable scope ``MODEL_SCOPE``, inside the
-device function (variables on the ps tasks, partitioners honoured):
-
-1. once in TRAIN mode on a batch, to create the variables (and to learn which
-   get sparse gradients). A spec with its own ``train_op`` is trained as it
-   is, from this call: the toolkit builds no step for it.
-2. For a spec with only a loss, again where the step needs it, reusing the
-   variables: inside the in-graph loop's body (each iteration takes a batch of
-   its own and builds nothing new), and with the packed-transfer custom
-   getter, which hands the model its small parameters pulled as one tensor
-   per ps. Large variables (embedding tables above all) are never pulled
-   whole: the model reads them in place, so a lookup moves only its rows and
-   the gradient goes back as IndexedSlices.
-
-The training hooks and summaries of the model are those of the first call;
-the second call's update ops (batch norm's moving averages) run with each step.
+Design: docs/design.md, "One replica's step".
 """
 
 from __future__ import annotations

@@ -1,28 +1,6 @@
 """Embedding lookups that move each row once: unique ids, one pull and one push per ps for all the tables.
 
-``tf.nn.embedding_lookup`` on a partitioned table sends every id to the ps
-holding its row and brings back one row per id, duplicates included, in one
-transfer per table part; its gradient goes back the same way, one row per
-lookup. ``embedding_lookups`` does the lookups of a step together:
-
-- unique ids (``unique_ids``): each table is looked up at its distinct ids
-  only; the lookups' rows are gathered from those on the worker, so the
-  gradient of a row looked up several times is summed there (TensorFlow's
-  gradient of that gather) and goes back once;
-- one transfer per ps each way (``group_by_ps``): the ids of every table part
-  a ps holds travel as one tensor, the ps gathers all their rows into one
-  tensor, and the gradient comes back as one tensor, split on the ps into
-  each part's rows (IndexedSlices: the optimizer updates only those rows);
-- ``wire_dtype="bfloat16"`` (opt-in): the rows and their gradient cross the
-  network as bfloat16; the table and its update stay float32 on the ps.
-
-The defaults come from ``options_in_effect`` (the training step sets the
-replica's flags there); outside it, unique ids and grouping are on, float32.
-A table is a variable, a partitioned variable, or a tensor (a small table the
-toolkit pulled whole: looked up where it is).
-
-Example (in a model_fn):
-    user_rows, item_rows = ps_toolkit.embedding_lookups([user_table, item_table], [user_ids, item_ids])
+Design: docs/design.md, "One replica's step".
 """
 
 from __future__ import annotations
@@ -38,7 +16,13 @@ WIRE_DTYPES = ("float32", "bfloat16")
 
 @dataclasses.dataclass(frozen=True)
 class LookupOptions:
-    """How ``embedding_lookups`` moves rows; see the module docstring."""
+    """How ``embedding_lookups`` moves rows (docs/design.md, "Embedding lookups that move each row once").
+
+    Attributes:
+        unique_ids: Look each table up at its distinct ids only, and push each row's gradient once.
+        group_by_ps: One pull and one push per ps for all the table parts it holds.
+        wire_dtype: ``"float32"``, or ``"bfloat16"`` for the rows and gradients on the network.
+    """
 
     unique_ids: bool = True
     group_by_ps: bool = True
@@ -54,7 +38,14 @@ _IN_EFFECT: list[LookupOptions] = [LookupOptions()]
 
 @contextlib.contextmanager
 def options_in_effect(options: LookupOptions):
-    """Makes ``options`` the defaults of ``embedding_lookups`` called inside."""
+    """Makes ``options`` the defaults of ``embedding_lookups`` called inside.
+
+    Args:
+        options: The defaults to use inside the ``with`` block.
+
+    Yields:
+        ``options``.
+    """
     _IN_EFFECT.append(options)
     try:
         yield options
@@ -63,11 +54,24 @@ def options_in_effect(options: LookupOptions):
 
 
 def current_options() -> LookupOptions:
+    """The options ``embedding_lookups`` uses when given none: the innermost ``options_in_effect``."""
     return _IN_EFFECT[-1]
 
 
 def embedding_lookups(tables: Sequence, ids: Sequence[tf.Tensor], options: LookupOptions | None = None) -> list:
-    """For each (table, ids) pair, the table's rows at ``ids``: a tensor of shape ids.shape + [dim]."""
+    """For each (table, ids) pair, the table's rows at ``ids``.
+
+    Args:
+        tables: The tables: variables, partitioned variables, or tensors (a small table pulled whole).
+        ids: One integer ids tensor per table, of any shape.
+        options: How rows move; by default ``current_options()``.
+
+    Returns:
+        One tensor per table, of shape ``ids.shape + [dim]``.
+
+    Raises:
+        ValueError: ``tables`` and ``ids`` differ in length.
+    """
     if len(tables) != len(ids):
         raise ValueError(f"embedding_lookups needs one ids tensor per table; got {len(tables)} tables, {len(ids)} ids")
     options = options or current_options()

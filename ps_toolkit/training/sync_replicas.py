@@ -1,49 +1,6 @@
 """SyncReplicasOptimizer with a token queue per replica: each replica gives at most one gradient per step.
 
-TensorFlow's ``SyncReplicasOptimizer`` puts every replica's token in ONE
-queue on the ps, and any replica takes any token; its docstring says so:
-"some workers can consume multiple minibatches, while some may not consume
-even one". So in a 2-of-2 job whose second worker died, the survivor takes
-both tokens of every step and pushes twice: it trains alone, on its own
-gradients counted as two replicas', and nothing says so. (CI found exactly
-that with the in-graph sync loop: global step 6,109 after 12,180 local steps.)
-
-Here each replica has a queue of its own (on the global step's ps, shared by
-name, so a restarted replica finds it again):
-
-- after each aggregated update, the chief's queue runner tops every queue up
-  to ONE token, never more: a replica that is behind or dead holds at most
-  one, so no queue grows;
-- a replica pushes its gradients, takes a token from its own queue, and adopts
-  the global step read then as its local step (a token that waited in the
-  queue is old; a gradient stamped with an old step would be dropped as stale,
-  and with no token left the replica would wait for an update that needs it);
-- a replica's local init empties its queue, so that a restarted replica does
-  not inherit the token its previous incarnation left (unless training is
-  over: then the tokens waiting are release tokens, and a late replica takes
-  one and stops);
-- a token holding a step not above the replica's local step comes from an
-  update its push had no part in (one that ran between the local init's
-  drain and its global-step read) and is discarded, not taken;
-- each push is recorded on the ps (a queue per replica holding the local
-  step of its last push): a session whose local init finds its push for the
-  current step recorded (its previous incarnation's gradient is still in
-  the accumulators) stamps its next push -1, which every accumulator drops,
-  and so does a replica woken with no update since its push. The chief
-  forgets the records before it initializes or restores the model;
-- the chief wakes replicas blocked on their queues with ``WAKE_TOKEN``
-  (``ps_toolkit.training.sync_hooks.SyncReplicasHook``): when a ps other than the queues'
-  restarts, nothing else would.
-
-So with ``replicas_to_aggregate`` equal to the number of replicas, every step
-averages one gradient from each, and a dead replica stops the job (the
-watchdog then ends it, retryably) instead of silently halving it. With backup
-replicas (fewer to aggregate than there are) the fastest make each step. More replicas to aggregate than
-there are (several gradients per replica per step) is refused.
-
-Accumulators, staleness checks, the chief's update and its init ops are
-TensorFlow's own, built as ``SyncReplicasOptimizer.apply_gradients`` builds
-them; ``ps_toolkit.training.sync_hooks.SyncReplicasHook`` drives it like TensorFlow's class.
+Design: docs/design.md, "Synchronous training with a token queue per replica".
 """
 
 from __future__ import annotations
