@@ -69,7 +69,28 @@ _LIBRARIES = ("tensorflow", "absl", "tf_keras", "keras")
 # The second lines of TensorFlow's multi-line messages (deprecations, CPU features, gRPC errors).
 _INSTRUCTIONS = "Instructions for updating:"
 # gRPC's error details follow on lines of their own, each starting with ":" (":UNKNOWN:Error received ...").
-_CONTINUATIONS = (_INSTRUCTIONS, "To enable the following instructions", "Additional GRPC error information", ":")
+_CONTINUATIONS = (
+    _INSTRUCTIONS,
+    "To enable the following instructions",
+    "Additional GRPC error information",
+    ":",
+    # tf_should_use's "Object was never used" warning (an assert or an op the script built and dropped).
+    "Object was never used (type ",
+    "<tf.",
+    'If you want to mark it as used call its "mark_used()" method.',
+    "It was originally created here:",
+    "==================================",
+    # The placer's colocation dump ("Failed to place the graph without changing the devices of some resources").
+    "See below for details of this colocation group:",
+    "Colocation Debug Info:",
+    "Colocation group had the following types and supported devices:",
+    "Root Member(",
+    "Colocation members, user-requested devices, and framework assigned devices, if any:",
+)
+# A colocation dump's "op type: the device types with its kernels" line ("VariableV2: CPU GPU ").
+_KERNEL_DEVICES = re.compile(r"^[A-Za-z0-9_]+: (?:[A-Z][A-Z0-9_]* )*$")
+# log_device_placement's print (its log line, placer.cc, follows): "mul: (Mul): /job:worker/replica:0/task:0/...".
+_PLACEMENT = re.compile(r"^\S+: \([A-Za-z0-9_]+\): /job:\S+$")
 
 
 @functools.cache
@@ -113,9 +134,9 @@ class ConsoleFilter:
     script's logging), final result lines, tracebacks and one-line errors.
     Hidden: TensorFlow's C++ log lines (cuInit, ABORTED, "UNAVAILABLE: Socket
     closed", ...) except fatal ones, log lines from TensorFlow's, absl's and
-    Keras's Python files, absl's "before InitializeLog" preamble, the lines that
-    continue a hidden message, and progress records (the status line and the
-    chart show them).
+    Keras's Python files, absl's "before InitializeLog" preamble, the placements
+    ``log_device_placement`` prints, the lines that continue a hidden message,
+    and progress records (the status line and the chart show them).
 
     On the merged ``LOG`` stream a line that continues a hidden message is
     only recognised within one read (``end_of_read``): a message is written
@@ -138,7 +159,7 @@ class ConsoleFilter:
                 shown = source in _toolkit_files() or source not in _library_files()
             else:
                 shown = level == "F"
-        elif line.startswith(_ABSL_PREAMBLE) or _LIBRARY_LOGGING.match(line):
+        elif line.startswith(_ABSL_PREAMBLE) or _LIBRARY_LOGGING.match(line) or _PLACEMENT.match(line):
             shown = False
         elif _ALWAYS_SHOWN.search(line) or _json_object(line):
             shown = True
@@ -153,13 +174,16 @@ class ConsoleFilter:
     def _continues_hidden_message(self, stream: str, line: str) -> bool:
         """Whether a plain line after a hidden one is that message's next line, not the task's own output.
 
-        Only the forms TensorFlow's multi-line messages take: indented lines, their known second
-        lines, and the one line after "Instructions for updating:". Anything else is shown: a
-        line of the task's own is never lost to the console.
+        Only the forms TensorFlow's multi-line messages take: indented and blank lines, their
+        known later lines (deprecations, gRPC errors, "Object was never used", the placer's
+        colocation dump), and the one line after "Instructions for updating:". Anything else is
+        shown: a line of the task's own is never lost to the console.
         """
         after_instructions = self._after_instructions[stream]
         self._after_instructions[stream] = line.startswith(_INSTRUCTIONS)
-        return after_instructions or line[:1].isspace() or line.startswith(_CONTINUATIONS)
+        if after_instructions or not line or line[:1].isspace() or line.startswith(_CONTINUATIONS):
+            return True
+        return _KERNEL_DEVICES.match(line) is not None
 
     def end_of_read(self, stream: str) -> None:
         """What ``stream`` said so far has been read: the next plain line starts a message of its own."""
