@@ -71,6 +71,11 @@ OLD_SCRIPT_NOISE = [
     "Colocation members, user-requested devices, and framework assigned devices, if any:",
     "  hidden1/weights (VariableV2) /job:ps/task:0",
     "mul: (Mul): /job:worker/replica:0/task:0/device:CPU:0",
+    "INFO:tensorflow:An error was raised. This may be due to a preemption in a connected worker or parameter server."
+    " The current session will be closed and a new session will be created. Error: UNAVAILABLE: From /job:master:",
+    "failed to connect to all addresses; last error: UNKNOWN: ipv4:127.0.0.1:29619: Failed to connect to remote host",
+    "Additional GRPC error information from remote target /job:worker/replica:0/task:0 while calling /tensorflow.Wo",
+    ':UNKNOWN:Error received from peer  {grpc_status:14, grpc_message:"failed to connect to all addresses"}',
     "I0000 00:00:1795716449.241979    5871 placer.cc:162] mul: (Mul): /job:worker/replica:0/task:0/device:CPU:0",
 ]
 

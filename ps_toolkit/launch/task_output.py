@@ -74,6 +74,7 @@ _CONTINUATIONS = (
     "To enable the following instructions",
     "Additional GRPC error information",
     ":",
+    "failed to connect to all addresses",  # a gRPC error's text, on the line after the message that quotes it
     # tf_should_use's "Object was never used" warning (an assert or an op the script built and dropped).
     "Object was never used (type ",
     "<tf.",
