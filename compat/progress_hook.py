@@ -64,7 +64,10 @@ class ProgressHook(_v1.train.SessionRunHook):
     def _print(self, global_step: int) -> None:
         now = time.time()
         then, step_then = self._last
-        rate = (global_step - step_then) / (now - then) if step_then is not None and now > then else 0.0
+        # A global step that went back (the session was re-created and restored an older checkpoint after a
+        # ps lost its variables) starts the rate afresh: steps/s is never negative.
+        moved = step_then is not None and global_step >= step_then and now > then
+        rate = (global_step - step_then) / (now - then) if moved else 0.0
         self._last = (now, global_step)
         record = {"global_step": global_step, "local_step": self._local_steps, "steps_per_sec": rate, "time": now}
         stream = self._stream or sys.stdout
