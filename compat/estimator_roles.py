@@ -63,15 +63,24 @@ _SERVER_CLASS = tf.distribute.Server
 
 
 class _DelegatingModule(types.ModuleType):
-    """A module's stand-in: the given members, then everything else of ``base``."""
+    """A module's stand-in: the given members in place of ``base``'s own, and everything else of ``base``.
+
+    A member stands in only while ``base`` still holds what it held when the
+    stand-in was made: where a script or test patched ``base`` (a mock of
+    ``training.MonitoredTrainingSession``), the estimator calls the patch, as
+    it did without the compat layer.
+    """
 
     def __init__(self, base: types.ModuleType, members: dict):
         super().__init__(base.__name__, base.__doc__)
-        self.__dict__.update(members)
         self._base = base
+        self._stand_ins = {name: (getattr(base, name, None), member) for name, member in members.items()}
 
     def __getattr__(self, name: str):
-        return getattr(self._base, name)
+        current = getattr(self._base, name)
+        if name in self._stand_ins and current is self._stand_ins[name][0]:
+            return self._stand_ins[name][1]
+        return current
 
 
 def _cluster_of(config) -> ClusterConfig | None:

@@ -243,6 +243,7 @@ def MonitoredTrainingSession(*args, **kwargs):  # noqa: N802 -- TF 1.x's name
         arguments["config"],
         readiness_poll_secs=READINESS_POLL_SECS,
         max_wait_secs=arguments.get("max_wait_secs", 7200),
+        session_manager_class=SessionManager,  # tf.train.SessionManager as the script sees it, as TF's creator
     )
     return _v1.train.MonitoredSession(
         session_creator=creator,
