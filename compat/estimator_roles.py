@@ -43,7 +43,7 @@ from ps_toolkit.cluster.config import CHIEF, JOB_ALIASES, ClusterConfig  # noqa:
 from ps_toolkit.cluster.preflight import check_host_resolves, check_port_free  # noqa: E402
 from ps_toolkit.task import startup  # noqa: E402
 from ps_toolkit.task.server import serve_until_done, signal_done  # noqa: E402
-from ps_toolkit_compat import estimator_inputs, supervision, task_context  # noqa: E402
+from ps_toolkit_compat import estimator_inputs, progress_hook, supervision, task_context  # noqa: E402
 from ps_toolkit_compat.evaluator_watch import (  # noqa: E402
     CheckpointWatch,
     EvaluatorClock,
@@ -132,6 +132,8 @@ class _WatchingEvalListener(tf_internals.continuous_eval_listener_class()):
         return self._inner.before_eval()
 
     def after_eval(self, eval_result):
+        if progress_hook.wanted() and isinstance(eval_result.metrics, dict):
+            progress_hook.print_evaluation(eval_result.metrics)
         if isinstance(eval_result.checkpoint_path, str | bytes) and eval_result.checkpoint_path:
             self._watch.evaluated(os.fsdecode(eval_result.checkpoint_path))
         self._watch.check_chief()

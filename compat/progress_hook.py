@@ -73,3 +73,23 @@ class ProgressHook(_v1.train.SessionRunHook):
         stream = self._stream or sys.stdout
         stream.write(PROGRESS_PREFIX + json.dumps(record) + "\n")
         stream.flush()
+
+
+def print_evaluation(metrics: dict, stream=None) -> None:
+    """Prints an evaluation's metrics as a progress record marked ``"evaluation": true``.
+
+    The launcher reads the record's accuracy and loss into its verdict and its chart.
+
+    Args:
+        metrics: the estimator's evaluation result (``global_step`` and the metric values).
+        stream: where to print; sys.stdout by default.
+    """
+    record = {"evaluation": True, "time": time.time()}
+    for name, value in metrics.items():
+        try:
+            record[str(name)] = int(value) if name == "global_step" else float(value)
+        except (TypeError, ValueError):  # a metric that is not one number (a histogram, a string)
+            continue
+    stream = stream or sys.stdout
+    stream.write(PROGRESS_PREFIX + json.dumps(record) + "\n")
+    stream.flush()

@@ -35,3 +35,11 @@ def test_a_global_step_that_goes_back_gives_no_negative_rate(monkeypatch):
     assert [r["local_step"] for r in records] == [1, 2, 3, 4, 5, 5]
     assert all(r["steps_per_sec"] >= 0 for r in records), records
     assert records[3]["steps_per_sec"] == 0.0 and records[4]["steps_per_sec"] > 0
+
+
+def test_an_evaluations_metrics_are_one_record():
+    stream = io.StringIO()
+    progress_hook.print_evaluation({"global_step": 60, "accuracy": 0.994, "loss": 0.02, "label": b"x"}, stream)
+    (record,) = _records(stream)
+    assert record["evaluation"] is True and "label" not in record
+    assert (record["global_step"], record["accuracy"], record["loss"]) == (60, 0.994, 0.02)

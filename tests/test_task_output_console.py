@@ -108,3 +108,14 @@ def test_a_legacy_scripts_printed_steps_and_accuracy_are_picked_up(tmp_path):
     output.close()
     assert output.result is None
     assert output.steps == 580 and output.printed_accuracy == 0.9132
+
+
+def test_an_evaluators_metrics_are_its_printed_result(tmp_path):
+    """An estimator evaluator's record (compat.progress_hook.print_evaluation) feeds the verdict's accuracy."""
+    output = TaskOutput("evaluator:0", open(tmp_path / "log", "ab"), None)  # noqa: SIM115 - closed below
+    output.feed("stdout", b'ps_toolkit progress: {"global_step": 40, "loss": 0.5, "time": 1.0}\n')
+    assert output.printed_accuracy is None and output.printed_loss is None  # a training record is no result
+    record = b'ps_toolkit progress: {"evaluation": true, "global_step": 60, "accuracy": 0.994, "loss": 0.02}\n'
+    output.feed("stdout", record)
+    output.close()
+    assert (output.printed_accuracy, output.printed_loss, output.global_step) == (0.994, 0.02, 60)

@@ -279,6 +279,7 @@ class TaskOutput:
         record = parse_progress(line) if stream != "stderr" else None
         if record is not None:
             self.progress.append(record)
+            self._scan_evaluation(record)
         # On the merged LOG stream, the task's plain output is what is neither a log record nor hidden.
         plain = stream == "stdout" or (stream == LOG and (record is not None or (shown and not _LOG_LINE.match(line))))
         if plain and line.strip():
@@ -307,6 +308,15 @@ class TaskOutput:
         for groups in _LOGGED_STEP.findall(line):
             step = int(next(g for g in groups if g))
             self.logged_global_step = max(step, self.logged_global_step or 0)
+
+    def _scan_evaluation(self, record: dict) -> None:
+        """An evaluator's metrics (an estimator's, in a record marked ``evaluation``) count as printed results."""
+        if record.get("evaluation") is not True:
+            return
+        if isinstance(record.get("accuracy"), int | float):
+            self.printed_accuracy = float(record["accuracy"])
+        if isinstance(record.get("loss"), int | float):
+            self.printed_loss = float(record["loss"])
 
     def _scan_printed(self, line: str) -> None:
         accuracy = _PRINTED_ACCURACY.findall(line)
