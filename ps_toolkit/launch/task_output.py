@@ -21,6 +21,7 @@ import re
 from collections.abc import Callable
 
 from ps_toolkit.base.task_lines import LOG_ONLY_PREFIX, PROGRESS_PREFIX
+from ps_toolkit.launch.tf_messages import CONTINUATIONS, INSTRUCTIONS, KERNEL_DEVICES, PLACEMENT
 
 TAIL_LINES = 20
 # The stream name of a log file that a task writes both its stdout and stderr into.
@@ -66,32 +67,6 @@ _ALWAYS_SHOWN = re.compile(r"^(Traceback \(most recent call last\)|watchdog: )|:
 # in its own format, with the source file, on the next line).
 _LIBRARY_LOGGING = re.compile(r"^(DEBUG|INFO|WARNING|ERROR|CRITICAL):(tensorflow|absl|keras|tf_keras)\b")
 _LIBRARIES = ("tensorflow", "absl", "tf_keras", "keras")
-# The second lines of TensorFlow's multi-line messages (deprecations, CPU features, gRPC errors).
-_INSTRUCTIONS = "Instructions for updating:"
-# gRPC's error details follow on lines of their own, each starting with ":" (":UNKNOWN:Error received ...").
-_CONTINUATIONS = (
-    _INSTRUCTIONS,
-    "To enable the following instructions",
-    "Additional GRPC error information",
-    ":",
-    "failed to connect to all addresses",  # a gRPC error's text, on the line after the message that quotes it
-    # tf_should_use's "Object was never used" warning (an assert or an op the script built and dropped).
-    "Object was never used (type ",
-    "<tf.",
-    'If you want to mark it as used call its "mark_used()" method.',
-    "It was originally created here:",
-    "==================================",
-    # The placer's colocation dump ("Failed to place the graph without changing the devices of some resources").
-    "See below for details of this colocation group:",
-    "Colocation Debug Info:",
-    "Colocation group had the following types and supported devices:",
-    "Root Member(",
-    "Colocation members, user-requested devices, and framework assigned devices, if any:",
-)
-# A colocation dump's "op type: the device types with its kernels" line ("VariableV2: CPU GPU ").
-_KERNEL_DEVICES = re.compile(r"^[A-Za-z0-9_]+: (?:[A-Z][A-Z0-9_]* )*$")
-# log_device_placement's print (its log line, placer.cc, follows): "mul: (Mul): /job:worker/replica:0/task:0/...".
-_PLACEMENT = re.compile(r"^\S+: \([A-Za-z0-9_]+\): /job:\S+$")
 
 
 @functools.cache
@@ -160,7 +135,7 @@ class ConsoleFilter:
                 shown = source in _toolkit_files() or source not in _library_files()
             else:
                 shown = level == "F"
-        elif line.startswith(_ABSL_PREAMBLE) or _LIBRARY_LOGGING.match(line) or _PLACEMENT.match(line):
+        elif line.startswith(_ABSL_PREAMBLE) or _LIBRARY_LOGGING.match(line) or PLACEMENT.match(line):
             shown = False
         elif _ALWAYS_SHOWN.search(line) or _json_object(line):
             shown = True
@@ -181,10 +156,10 @@ class ConsoleFilter:
         shown: a line of the task's own is never lost to the console.
         """
         after_instructions = self._after_instructions[stream]
-        self._after_instructions[stream] = line.startswith(_INSTRUCTIONS)
-        if after_instructions or not line or line[:1].isspace() or line.startswith(_CONTINUATIONS):
+        self._after_instructions[stream] = line.startswith(INSTRUCTIONS)
+        if after_instructions or not line or line[:1].isspace() or line.startswith(CONTINUATIONS):
             return True
-        return _KERNEL_DEVICES.match(line) is not None
+        return KERNEL_DEVICES.match(line) is not None
 
     def end_of_read(self, stream: str) -> None:
         """What ``stream`` said so far has been read: the next plain line starts a message of its own."""
