@@ -226,3 +226,29 @@ def test_the_servers_task_is_what_tensorflow_infers_when_the_script_leaves_it_ou
     # Ambiguous: TensorFlow refuses it, and nothing is guessed here.
     assert task_context.task_of_server(sparse, None, None) == (None, None)
     assert task_context.server_config(None, sparse, None, None) is None
+
+
+def test_a_non_chief_waits_through_the_session_manager_the_script_sees(monkeypatch):
+    """Never stricter: TF's worker session creator used tf.train.SessionManager, so a script's (or a test's)
+    patch of it decides how a non-chief waits (estimator_test.py mocks wait_for_session)."""
+    import tensorflow as tf
+
+    from ps_toolkit_compat import supervision
+
+    v1 = tf.compat.v1
+    masters = []
+    graph = tf.Graph()
+    with graph.as_default():
+        step = v1.train.get_or_create_global_step()
+        initialize = v1.global_variables_initializer()
+
+    def initialized(self, master, config=None, max_wait_secs=None):
+        masters.append(master)
+        session = v1.Session(master, graph=graph, config=config)
+        session.run(initialize)
+        return session
+
+    monkeypatch.setattr(supervision.SessionManager, "wait_for_session", initialized)
+    with graph.as_default(), supervision.MonitoredTrainingSession(is_chief=False, max_wait_secs=5) as session:
+        assert session.run(step) == 0
+    assert masters == [""]
