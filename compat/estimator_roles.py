@@ -42,7 +42,7 @@ from ps_toolkit.cluster.preflight import check_host_resolves, check_port_free  #
 from ps_toolkit.cluster.tf_config import read_tf_config  # noqa: E402
 from ps_toolkit.task import startup  # noqa: E402
 from ps_toolkit.task.roles.ps import serve_until_done, signal_done  # noqa: E402
-from ps_toolkit_compat import estimator_inputs, supervision, task_context, tf_internals  # noqa: E402
+from ps_toolkit_compat import estimator_inputs, progress_hook, supervision, task_context, tf_internals  # noqa: E402
 from ps_toolkit_compat.evaluator_watch import (  # noqa: E402
     CheckpointWatch,
     EvaluatorClock,
@@ -61,15 +61,24 @@ _SERVER_CLASS = tf.distribute.Server
 
 
 class _DelegatingModule(types.ModuleType):
-    """A module's stand-in: the given members, then everything else of ``base``."""
+    """A module's stand-in: the given members in place of ``base``'s own, and everything else of ``base``.
+
+    A member stands in only while ``base`` still holds what it held when the
+    stand-in was made: where a script or test patched ``base`` (a mock of
+    ``training.MonitoredTrainingSession``), the estimator calls the patch, as
+    it did without the compat layer.
+    """
 
     def __init__(self, base: types.ModuleType, members: dict):
         super().__init__(base.__name__, base.__doc__)
-        self.__dict__.update(members)
         self._base = base
+        self._stand_ins = {name: (getattr(base, name, None), member) for name, member in members.items()}
 
     def __getattr__(self, name: str):
-        return getattr(self._base, name)
+        current = getattr(self._base, name)
+        if name in self._stand_ins and current is self._stand_ins[name][0]:
+            return self._stand_ins[name][1]
+        return current
 
 
 def _cluster_of(config) -> ClusterConfig | None:
@@ -121,6 +130,8 @@ class _WatchingEvalListener(tf_internals.continuous_eval_listener_class()):
         return self._inner.before_eval()
 
     def after_eval(self, eval_result):
+        if progress_hook.wanted() and isinstance(eval_result.metrics, dict):
+            progress_hook.print_evaluation(eval_result.metrics)
         if isinstance(eval_result.checkpoint_path, str | bytes) and eval_result.checkpoint_path:
             self._watch.evaluated(os.fsdecode(eval_result.checkpoint_path))
         self._watch.check_chief()

@@ -63,9 +63,32 @@ class ProgressHook(_v1.train.SessionRunHook):
     def _print(self, global_step: int) -> None:
         now = time.time()
         then, step_then = self._last
-        rate = (global_step - step_then) / (now - then) if step_then is not None and now > then else 0.0
+        # A global step that went back (the session was re-created and restored an older checkpoint after a
+        # ps lost its variables) starts the rate afresh: steps/s is never negative.
+        moved = step_then is not None and global_step >= step_then and now > then
+        rate = (global_step - step_then) / (now - then) if moved else 0.0
         self._last = (now, global_step)
         record = {"global_step": global_step, "local_step": self._local_steps, "steps_per_sec": rate, "time": now}
         stream = self._stream or sys.stdout
         stream.write(PROGRESS_PREFIX + json.dumps(record) + "\n")
         stream.flush()
+
+
+def print_evaluation(metrics: dict, stream=None) -> None:
+    """Prints an evaluation's metrics as a progress record marked ``"evaluation": true``.
+
+    The launcher reads the record's accuracy and loss into its verdict and its chart.
+
+    Args:
+        metrics: the estimator's evaluation result (``global_step`` and the metric values).
+        stream: where to print; sys.stdout by default.
+    """
+    record = {"evaluation": True, "time": time.time()}
+    for name, value in metrics.items():
+        try:
+            record[str(name)] = int(value) if name == "global_step" else float(value)
+        except (TypeError, ValueError):  # a metric that is not one number (a histogram, a string)
+            continue
+    stream = stream or sys.stdout
+    stream.write(PROGRESS_PREFIX + json.dumps(record) + "\n")
+    stream.flush()

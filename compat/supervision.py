@@ -11,8 +11,8 @@
   tokens in the sync token queue, so replicas still blocked on it (the chief
   stopped aggregating, or a faster replica took their tokens) finish their
   loops instead of waiting forever.
-- Every session of a worker or chief gets the task's device filters
-  (see ``task_context``).
+- Every session of a worker or chief gets device filters: the ps job, the
+  task and the tasks its graph pins ops on (see ``task_context``).
 """
 
 from __future__ import annotations
@@ -126,11 +126,21 @@ class Session(_v1.Session):
     """``tf.Session`` with the task's device filters, releasing sync replicas when closed."""
 
     def __init__(self, target="", graph=None, config=None):
-        super().__init__(target, graph=graph, config=filled_config(config))
+        graph = graph if graph is not None else _v1.get_default_graph()
+        super().__init__(target, graph=graph, config=filled_config(config, graph))
 
     def close(self):
         release_sync_replicas(self)
         super().close()
+
+
+def graph_argument(init, args, kwargs):
+    """The graph a SessionManager or Supervisor is made for: its ``graph`` argument, else the default graph."""
+    try:
+        graph = inspect.signature(init).bind(None, *args, **kwargs).arguments.get("graph")
+    except TypeError:  # TensorFlow's own __init__ raises it, in its words
+        graph = None
+    return graph if graph is not None else _v1.get_default_graph()
 
 
 class SessionManager(_v1.train.SessionManager):
@@ -138,16 +148,18 @@ class SessionManager(_v1.train.SessionManager):
 
     def __init__(self, *args, **kwargs):
         kwargs.setdefault("recovery_wait_secs", READINESS_POLL_SECS)
+        self._ps_toolkit_graph = graph_argument(_v1.train.SessionManager.__init__, args, kwargs)
         super().__init__(*args, **kwargs)
 
     def prepare_session(self, master, *args, config=None, **kwargs):
-        return super().prepare_session(master, *args, config=filled_config(config), **kwargs)
+        return super().prepare_session(master, *args, config=filled_config(config, self._ps_toolkit_graph), **kwargs)
 
     def recover_session(self, master, *args, config=None, **kwargs):
-        return super().recover_session(master, *args, config=filled_config(config), **kwargs)
+        return super().recover_session(master, *args, config=filled_config(config, self._ps_toolkit_graph), **kwargs)
 
     def wait_for_session(self, master, config=None, max_wait_secs=float("Inf")):
-        return super().wait_for_session(master, config=filled_config(config), max_wait_secs=max_wait_secs)
+        config = filled_config(config, self._ps_toolkit_graph)
+        return super().wait_for_session(master, config=config, max_wait_secs=max_wait_secs)
 
 
 class Supervisor(_v1.train.Supervisor):
@@ -162,11 +174,13 @@ class Supervisor(_v1.train.Supervisor):
         kwargs.setdefault("stop_grace_secs", STOP_GRACE_SECS)
         self._closed_threads_grace_secs = kwargs["stop_grace_secs"]
         self._latest_session = None  # a weak reference: a session the script dropped is not kept alive
+        self._ps_toolkit_graph = graph_argument(_v1.train.Supervisor.__init__, args, kwargs)
         super().__init__(*args, **kwargs)
 
     def prepare_or_wait_for_session(self, master="", config=None, *args, **kwargs):
         self._join_threads_of_closed_sessions()
-        session = super().prepare_or_wait_for_session(master, filled_config(config), *args, **kwargs)
+        config = filled_config(config, self._ps_toolkit_graph)
+        session = super().prepare_or_wait_for_session(master, config, *args, **kwargs)
         self._latest_session = weakref.ref(session)
         return _release_on_close(session, self)
 
@@ -211,9 +225,9 @@ _MTS_SIGNATURE = inspect.signature(_TF_MONITORED_TRAINING_SESSION)
 def MonitoredTrainingSession(*args, **kwargs):  # noqa: N802 -- TF 1.x's name
     """``tf.train.MonitoredTrainingSession`` with short stop grace, fast non-chief polling and filters."""
     arguments = _MTS_SIGNATURE.bind(*args, **kwargs).arguments
-    arguments["config"] = filled_config(arguments.get("config"))
-    arguments.setdefault("stop_grace_period_secs", STOP_GRACE_SECS)
     graph = _v1.get_default_graph()
+    arguments["config"] = filled_config(arguments.get("config"), graph)
+    arguments.setdefault("stop_grace_period_secs", STOP_GRACE_SECS)
     releases = release_ops(graph)
     if releases:
         arguments["hooks"] = [*(arguments.get("hooks") or []), SyncReleaseHook(releases)]
@@ -228,6 +242,7 @@ def MonitoredTrainingSession(*args, **kwargs):  # noqa: N802 -- TF 1.x's name
         arguments["config"],
         readiness_poll_secs=READINESS_POLL_SECS,
         max_wait_secs=arguments.get("max_wait_secs", 7200),
+        session_manager_class=SessionManager,  # tf.train.SessionManager as the script sees it, as TF's creator
     )
     return _v1.train.MonitoredSession(
         session_creator=creator,

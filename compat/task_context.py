@@ -4,8 +4,12 @@ TF 1.x sessions of a worker see every device of the cluster unless the
 script sets ``device_filters``, so creating one waits for every other worker
 ("CreateSession still waiting for response from worker"): a worker started
 after the chief finished, or while another worker is down, waits forever.
-Under the compat layer a worker's or chief's sessions see only the ps job
-and the task itself, unless the script chose its own filters. A server that
+Under the compat layer a worker's or chief's sessions see the ps job, the
+task itself and every task or job the session's graph pins ops on (a
+master that builds on ``/job:worker``, replica_device_setter's default, runs
+those ops on a worker as in TF 1.x), unless the script chose its own filters.
+A session made on an empty graph sees the whole cluster, as in TF 1.x: what
+it will run is not known yet. A server that
 shares its host with another task of its cluster does not spin-wait, as the
 toolkit's own tasks (ps_toolkit.task.server.session_config).
 """
@@ -36,17 +40,59 @@ def set_task(job: str | None, index: int | None) -> None:
     _task = None if job is None else (job, int(index or 0))
 
 
-def device_filters() -> list[str]:
-    """The filters a replica's sessions get; empty for a ps or before any server started."""
+def device_filters(graph=None) -> list[str]:
+    """The filters a replica's sessions get; empty for a ps, before any server started, or for an empty graph.
+
+    Args:
+        graph: the session's graph; None for the filters of the task alone (the ps job and the task).
+
+    Returns:
+        Device filters: the ps job, the task itself, and each task (or whole job) ``graph`` pins ops on.
+    """
     if _task is None or _task[0] == PS_JOB:
         return []
     job, index = _task
-    return [f"/job:{PS_JOB}", f"/job:{job}/task:{index}"]
+    own = [f"/job:{PS_JOB}", f"/job:{job}/task:{index}"]
+    if graph is None:
+        return own
+    pinned = pinned_tasks(graph)
+    if pinned is None:
+        return []
+    whole_jobs = {filter_ for filter_ in [*own, *pinned] if "/task:" not in filter_}
+    covered = set(own) | {filter_ for filter_ in pinned if filter_.split("/task:")[0] in whole_jobs - {filter_}}
+    return own + sorted(pinned - covered)
 
 
-def filled_config(config=None):
-    """``config`` with this task's device filters added when it has none (a copy; the caller's is untouched)."""
-    filters = device_filters()
+def pinned_tasks(graph) -> set[str] | None:
+    """Every task (``/job:J/task:T``) or whole job (``/job:J``) an op of ``graph`` is pinned on; None if no op yet."""
+    operations = graph.get_operations()
+    if not operations:
+        return None
+    devices = {operation.device for operation in operations}
+    return {filter_ for filter_ in map(_task_filter, devices) if filter_}
+
+
+def _task_filter(device: str) -> str:
+    """``/job:worker/task:1/device:CPU:0`` -> ``/job:worker/task:1``; a device without a job -> ''."""
+    spec = tf.DeviceSpec.from_string(device)
+    if not spec.job:
+        return ""
+    if spec.task is None:
+        return f"/job:{spec.job}"
+    return f"/job:{spec.job}/task:{spec.task}"
+
+
+def filled_config(config=None, graph=None):
+    """``config`` with the session's device filters added when it has none (a copy; the caller's is untouched).
+
+    Args:
+        config: the script's ConfigProto, or None.
+        graph: the session's graph (see ``device_filters``); None for the task's own filters.
+
+    Returns:
+        ``config`` itself where the script set filters or no filters apply, else a filled copy.
+    """
+    filters = device_filters(graph)
     if not filters or (config is not None and len(config.device_filters)):
         return config
     filled = _v1.ConfigProto()

@@ -167,6 +167,36 @@ def test_replica_sessions_get_device_filters_unless_the_script_set_some():
         task_context.set_task(None, None)
 
 
+def test_a_sessions_filters_include_every_task_its_graph_pins_ops_on():
+    """Never stricter than TF 1.x: a master whose graph sits on /job:worker (replica_device_setter's default)
+    still sees the workers; a graph pinned on the ps and the task itself gets only those; an empty graph none."""
+    import tensorflow as tf
+
+    from ps_toolkit_compat import task_context
+
+    v1 = tf.compat.v1
+    cluster = {"ps": ["h:1"], "master": ["h:2"], "worker": ["h:3", "h:4"]}
+    try:
+        task_context.set_task("master", 0)
+        setter = v1.train.replica_device_setter(cluster=cluster)
+        with tf.Graph().as_default() as default_worker, default_worker.device(setter):
+            v1.get_variable("weights", [1]) * 2.0
+        filters = task_context.filled_config(None, default_worker).device_filters
+        assert list(filters) == ["/job:ps", "/job:master/task:0", "/job:worker"]
+        with tf.Graph().as_default() as pinned:
+            with tf.device("/job:worker/replica:0/task:1/device:CPU:0"):
+                tf.constant(1.0)
+            with tf.device("/job:master/task:0"), tf.device("/device:CPU:0"):
+                tf.constant(2.0)
+        assert list(task_context.filled_config(None, pinned).device_filters)[-1] == "/job:worker/task:1"
+        with tf.Graph().as_default() as own_only, tf.device("/job:master/task:0"):
+            tf.constant(1.0)
+        assert list(task_context.filled_config(None, own_only).device_filters) == ["/job:ps", "/job:master/task:0"]
+        assert task_context.filled_config(None, tf.Graph()) is None
+    finally:
+        task_context.set_task(None, None)
+
+
 def test_a_server_sharing_its_host_does_not_spin_and_one_alone_keeps_the_scripts_config():
     import tensorflow as tf
 
@@ -196,3 +226,29 @@ def test_the_servers_task_is_what_tensorflow_infers_when_the_script_leaves_it_ou
     # Ambiguous: TensorFlow refuses it, and nothing is guessed here.
     assert task_context.task_of_server(sparse, None, None) == (None, None)
     assert task_context.server_config(None, sparse, None, None) is None
+
+
+def test_a_non_chief_waits_through_the_session_manager_the_script_sees(monkeypatch):
+    """Never stricter: TF's worker session creator used tf.train.SessionManager, so a script's (or a test's)
+    patch of it decides how a non-chief waits (estimator_test.py mocks wait_for_session)."""
+    import tensorflow as tf
+
+    from ps_toolkit_compat import supervision
+
+    v1 = tf.compat.v1
+    masters = []
+    graph = tf.Graph()
+    with graph.as_default():
+        step = v1.train.get_or_create_global_step()
+        initialize = v1.global_variables_initializer()
+
+    def initialized(self, master, config=None, max_wait_secs=None):
+        masters.append(master)
+        session = v1.Session(master, graph=graph, config=config)
+        session.run(initialize)
+        return session
+
+    monkeypatch.setattr(supervision.SessionManager, "wait_for_session", initialized)
+    with graph.as_default(), supervision.MonitoredTrainingSession(is_chief=False, max_wait_secs=5) as session:
+        assert session.run(step) == 0
+    assert masters == [""]

@@ -198,3 +198,29 @@ def test_without_the_package_only_tf_estimator_fails_in_one_line():
     ):
         legacy.estimator.RunConfig  # noqa: B018 -- the attribute access is what fails
     assert legacy.train.Server is not None  # the rest of the legacy surface is there
+
+
+def test_the_estimators_session_stand_in_yields_to_a_patch_of_tensorflows(monkeypatch):
+    """Never stricter: a test or script that patches training.MonitoredTrainingSession gets its patch called,
+    as the estimator called it without the compat layer (estimator_test.py's hook tests mock it)."""
+    import types
+
+    from ps_toolkit_compat import estimator_roles
+
+    def original():
+        return "original"
+
+    def stand_in():
+        return "stand-in"
+
+    def patched():
+        return "patched"
+
+    base = types.ModuleType("training")
+    base.MonitoredTrainingSession, base.Scaffold = original, object
+    module = estimator_roles._DelegatingModule(base, {"MonitoredTrainingSession": stand_in})
+    assert module.MonitoredTrainingSession is stand_in and module.Scaffold is object
+    monkeypatch.setattr(base, "MonitoredTrainingSession", patched)
+    assert module.MonitoredTrainingSession is patched
+    monkeypatch.undo()
+    assert module.MonitoredTrainingSession is stand_in

@@ -44,6 +44,52 @@ def test_errors_tracebacks_and_plain_output_are_shown_even_after_hidden_lines():
     assert console.shows("stderr", "I1123 06:12:59.110145 1398 mnist_softmax_async.py:80] step 100")
 
 
+# An old script's graph: tf_should_use's warning on an assert it dropped (Python logging, then absl's form), the
+# placer's colocation dump, log_device_placement's prints; then the script's own print, a read later.
+OLD_SCRIPT_NOISE = [
+    "ERROR:tensorflow:==================================",
+    "Object was never used (type <class 'tensorflow.python.framework.ops.Operation'>):",
+    "<tf.Operation 'assert_positive/assert_less/Assert/AssertGuard/Identity' type=Identity>",
+    'If you want to mark it as used call its "mark_used()" method.',
+    "It was originally created here:",
+    '  File "/tf/python/ops/check_ops.py", line 955, in assert_less',
+    "==================================",
+    "E1126 18:07:20.428783 140 tf_should_use.py:288] ==================================",
+    "Object was never used (type <class 'tensorflow.python.framework.ops.Tensor'>):",
+    "==================================",
+    "W0000 00:00:1795716278.428783   20545 colocation_graph.cc:1218] Failed to place the graph without changing the "
+    "devices of some resources. Some of the operations (that had to be colocated with resource generating "
+    "operations) are not supported on the resources' devices. Current candidate devices are [",
+    "  /job:ps/replica:0/task:0/device:CPU:0].",
+    "See below for details of this colocation group:",
+    "Colocation Debug Info:",
+    "Colocation group had the following types and supported devices: ",
+    "Root Member(assigned_device_name_index_=-1 requested_device_name_='/job:ps/task:0' assigned_device_name_=''",
+    "VariableV2: CPU GPU ",
+    "Assign: CPU ",
+    "",
+    "Colocation members, user-requested devices, and framework assigned devices, if any:",
+    "  hidden1/weights (VariableV2) /job:ps/task:0",
+    "mul: (Mul): /job:worker/replica:0/task:0/device:CPU:0",
+    "INFO:tensorflow:An error was raised. This may be due to a preemption in a connected worker or parameter server."
+    " The current session will be closed and a new session will be created. Error: UNAVAILABLE: From /job:master:",
+    "failed to connect to all addresses; last error: UNKNOWN: ipv4:127.0.0.1:29619: Failed to connect to remote host",
+    "Additional GRPC error information from remote target /job:worker/replica:0/task:0 while calling /tensorflow.Wo",
+    ':UNKNOWN:Error received from peer  {grpc_status:14, grpc_message:"failed to connect to all addresses"}',
+    "I0000 00:00:1795716449.241979    5871 placer.cc:162] mul: (Mul): /job:worker/replica:0/task:0/device:CPU:0",
+]
+
+
+def test_an_old_scripts_tensorflow_warnings_and_dumps_go_to_the_log_only():
+    console = ConsoleFilter()
+    for line in OLD_SCRIPT_NOISE:
+        assert not console.shows("log", line), line
+    console.end_of_read("log")
+    assert console.shows("log", "Accuracy: 0.91")
+    assert console.shows("log", "==================================")  # the script's own, in a read of its own
+    assert console.shows("log", "Step: 3")  # a plain line right after a shown one
+
+
 def test_the_log_file_keeps_every_line(tmp_path):
     echoed = []
     path = tmp_path / "worker-0.log"
@@ -62,3 +108,14 @@ def test_a_legacy_scripts_printed_steps_and_accuracy_are_picked_up(tmp_path):
     output.close()
     assert output.result is None
     assert output.steps == 580 and output.printed_accuracy == 0.9132
+
+
+def test_an_evaluators_metrics_are_its_printed_result(tmp_path):
+    """An estimator evaluator's record (compat.progress_hook.print_evaluation) feeds the verdict's accuracy."""
+    output = TaskOutput("evaluator:0", open(tmp_path / "log", "ab"), None)  # noqa: SIM115 - closed below
+    output.feed("stdout", b'ps_toolkit progress: {"global_step": 40, "loss": 0.5, "time": 1.0}\n')
+    assert output.printed_accuracy is None and output.printed_loss is None  # a training record is no result
+    record = b'ps_toolkit progress: {"evaluation": true, "global_step": 60, "accuracy": 0.994, "loss": 0.02}\n'
+    output.feed("stdout", record)
+    output.close()
+    assert (output.printed_accuracy, output.printed_loss, output.global_step) == (0.994, 0.02, 60)

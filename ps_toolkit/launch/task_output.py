@@ -21,6 +21,7 @@ import re
 from collections.abc import Callable
 
 from ps_toolkit.base.progress_lines import LOG_ONLY_PREFIX, PROGRESS_PREFIX
+from ps_toolkit.launch.tf_messages import CONTINUATIONS, INSTRUCTIONS, KERNEL_DEVICES, PLACEMENT
 
 TAIL_LINES = 20
 # The stream name of a log file that a task writes both its stdout and stderr into.
@@ -66,10 +67,6 @@ _ALWAYS_SHOWN = re.compile(r"^(Traceback \(most recent call last\)|watchdog: )|:
 # in its own format, with the source file, on the next line).
 _LIBRARY_LOGGING = re.compile(r"^(DEBUG|INFO|WARNING|ERROR|CRITICAL):(tensorflow|absl|keras|tf_keras)\b")
 _LIBRARIES = ("tensorflow", "absl", "tf_keras", "keras")
-# The second lines of TensorFlow's multi-line messages (deprecations, CPU features, gRPC errors).
-_INSTRUCTIONS = "Instructions for updating:"
-# gRPC's error details follow on lines of their own, each starting with ":" (":UNKNOWN:Error received ...").
-_CONTINUATIONS = (_INSTRUCTIONS, "To enable the following instructions", "Additional GRPC error information", ":")
 
 
 @functools.cache
@@ -113,9 +110,9 @@ class ConsoleFilter:
     script's logging), final result lines, tracebacks and one-line errors.
     Hidden: TensorFlow's C++ log lines (cuInit, ABORTED, "UNAVAILABLE: Socket
     closed", ...) except fatal ones, log lines from TensorFlow's, absl's and
-    Keras's Python files, absl's "before InitializeLog" preamble, the lines that
-    continue a hidden message, and progress records (the status line and the
-    chart show them).
+    Keras's Python files, absl's "before InitializeLog" preamble, the placements
+    ``log_device_placement`` prints, the lines that continue a hidden message,
+    and progress records (the status line and the chart show them).
 
     On the merged ``LOG`` stream a line that continues a hidden message is
     only recognised within one read (``end_of_read``): a message is written
@@ -138,7 +135,7 @@ class ConsoleFilter:
                 shown = source in _toolkit_files() or source not in _library_files()
             else:
                 shown = level == "F"
-        elif line.startswith(_ABSL_PREAMBLE) or _LIBRARY_LOGGING.match(line):
+        elif line.startswith(_ABSL_PREAMBLE) or _LIBRARY_LOGGING.match(line) or PLACEMENT.match(line):
             shown = False
         elif _ALWAYS_SHOWN.search(line) or _json_object(line):
             shown = True
@@ -153,13 +150,16 @@ class ConsoleFilter:
     def _continues_hidden_message(self, stream: str, line: str) -> bool:
         """Whether a plain line after a hidden one is that message's next line, not the task's own output.
 
-        Only the forms TensorFlow's multi-line messages take: indented lines, their known second
-        lines, and the one line after "Instructions for updating:". Anything else is shown: a
-        line of the task's own is never lost to the console.
+        Only the forms TensorFlow's multi-line messages take: indented and blank lines, their
+        known later lines (deprecations, gRPC errors, "Object was never used", the placer's
+        colocation dump), and the one line after "Instructions for updating:". Anything else is
+        shown: a line of the task's own is never lost to the console.
         """
         after_instructions = self._after_instructions[stream]
-        self._after_instructions[stream] = line.startswith(_INSTRUCTIONS)
-        return after_instructions or line[:1].isspace() or line.startswith(_CONTINUATIONS)
+        self._after_instructions[stream] = line.startswith(INSTRUCTIONS)
+        if after_instructions or not line or line[:1].isspace() or line.startswith(CONTINUATIONS):
+            return True
+        return KERNEL_DEVICES.match(line) is not None
 
     def end_of_read(self, stream: str) -> None:
         """What ``stream`` said so far has been read: the next plain line starts a message of its own."""
@@ -254,6 +254,7 @@ class TaskOutput:
         record = parse_progress(line) if stream != "stderr" else None
         if record is not None:
             self.progress.append(record)
+            self._scan_evaluation(record)
         # On the merged LOG stream, the task's plain output is what is neither a log record nor hidden.
         plain = stream == "stdout" or (stream == LOG and (record is not None or (shown and not _LOG_LINE.match(line))))
         if plain and line.strip():
@@ -282,6 +283,15 @@ class TaskOutput:
         for groups in _LOGGED_STEP.findall(line):
             step = int(next(g for g in groups if g))
             self.logged_global_step = max(step, self.logged_global_step or 0)
+
+    def _scan_evaluation(self, record: dict) -> None:
+        """An evaluator's metrics (an estimator's, in a record marked ``evaluation``) count as printed results."""
+        if record.get("evaluation") is not True:
+            return
+        if isinstance(record.get("accuracy"), int | float):
+            self.printed_accuracy = float(record["accuracy"])
+        if isinstance(record.get("loss"), int | float):
+            self.printed_loss = float(record["loss"])
 
     def _scan_printed(self, line: str) -> None:
         accuracy = _PRINTED_ACCURACY.findall(line)

@@ -23,18 +23,20 @@ _SessionManager = tf.compat.v1.train.SessionManager
 class _ScaffoldedCreator(tf.compat.v1.train.SessionCreator):
     """Shared set-up: a scaffold, a master, a config and a session manager."""
 
-    def __init__(self, scaffold, master: str, config, readiness_poll_secs: float):
+    def __init__(self, scaffold, master: str, config, readiness_poll_secs: float, session_manager_class=None):
         self._scaffold = scaffold
         self._master = master
         self._config = config
         self._readiness_poll_secs = readiness_poll_secs
+        # The compat layer passes the SessionManager an old script sees as tf.train.SessionManager.
+        self._session_manager_class = session_manager_class or _SessionManager
         self._managers: dict[float, _SessionManager] = {}
 
     def _session_manager(self, recovery_wait_secs: float | None = None):
         """The session manager that waits ``recovery_wait_secs`` (default ``readiness_poll_secs``) between checks."""
         wait = self._readiness_poll_secs if recovery_wait_secs is None else recovery_wait_secs
         if wait not in self._managers:
-            self._managers[wait] = _SessionManager(
+            self._managers[wait] = self._session_manager_class(
                 local_init_op=self._scaffold.local_init_op,
                 local_init_feed_dict=self._scaffold.local_init_feed_dict,
                 ready_op=self._scaffold.ready_op,
@@ -114,8 +116,10 @@ class FastWorkerSessionCreator(_ScaffoldedCreator):
 
     FIRST_POLL_SECS = 0.05
 
-    def __init__(self, scaffold, master, config, readiness_poll_secs=1.0, max_wait_secs=30 * 60):
-        super().__init__(scaffold, master, config, readiness_poll_secs)
+    def __init__(
+        self, scaffold, master, config, readiness_poll_secs=1.0, max_wait_secs=30 * 60, session_manager_class=None
+    ):
+        super().__init__(scaffold, master, config, readiness_poll_secs, session_manager_class)
         self._max_wait_secs = max_wait_secs
 
     def create_session(self):

@@ -1,0 +1,32 @@
+"""The forms of TensorFlow's multi-line messages whose later lines the console hides with the first."""
+
+from __future__ import annotations
+
+import re
+
+# The second lines of TensorFlow's multi-line messages (deprecations, CPU features, gRPC errors).
+INSTRUCTIONS = "Instructions for updating:"
+# gRPC's error details follow on lines of their own, each starting with ":" (":UNKNOWN:Error received ...").
+CONTINUATIONS = (
+    INSTRUCTIONS,
+    "To enable the following instructions",
+    "Additional GRPC error information",
+    ":",
+    "failed to connect to all addresses",  # a gRPC error's text, on the line after the message that quotes it
+    # tf_should_use's "Object was never used" warning (an assert or an op the script built and dropped).
+    "Object was never used (type ",
+    "<tf.",
+    'If you want to mark it as used call its "mark_used()" method.',
+    "It was originally created here:",
+    "==================================",
+    # The placer's colocation dump ("Failed to place the graph without changing the devices of some resources").
+    "See below for details of this colocation group:",
+    "Colocation Debug Info:",
+    "Colocation group had the following types and supported devices:",
+    "Root Member(",
+    "Colocation members, user-requested devices, and framework assigned devices, if any:",
+)
+# A colocation dump's "op type: the device types with its kernels" line ("VariableV2: CPU GPU ").
+KERNEL_DEVICES = re.compile(r"^[A-Za-z0-9_]+: (?:[A-Z][A-Z0-9_]* )*$")
+# log_device_placement's print (its log line, placer.cc, follows): "mul: (Mul): /job:worker/replica:0/task:0/...".
+PLACEMENT = re.compile(r"^\S+: \([A-Za-z0-9_]+\): /job:\S+$")
