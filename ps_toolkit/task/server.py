@@ -20,8 +20,15 @@ import time
 
 import tensorflow as tf
 
-from ps_toolkit.base.errors import OrphanedError, PortInUseError
-from ps_toolkit.cluster.config import PS, ClusterConfig, is_loopback_host, split_address
+from ps_toolkit.base.errors import ConfigError, OrphanedError, PortInUseError
+from ps_toolkit.cluster.config import (
+    ELASTIC_WORKERS_FROM_ENV,
+    PS,
+    WORKER,
+    ClusterConfig,
+    is_loopback_host,
+    split_address,
+)
 from ps_toolkit.cluster.preflight import check_host_resolves, check_port_free, connect, reachable
 from ps_toolkit.task import open_ports
 from ps_toolkit.task.netns import PRIVATE_NETWORK_ENV
@@ -238,9 +245,23 @@ def _wait_until_closed(connections: list[socket.socket], deadline: float) -> Non
                 open_ones.remove(sock)
 
 
+def awaited_replicas(cluster: ClusterConfig, environ=os.environ) -> list[tuple[str, int]]:
+    """The replicas whose done token a ps waits for: all of them, but the elastic workers.
+
+    Raises:
+        ConfigError: the elastic bound in ``environ`` is not a whole number of at least 0.
+    """
+    text = environ.get(ELASTIC_WORKERS_FROM_ENV, "").strip()
+    if not text:
+        return cluster.replica_tasks()
+    if not text.isdigit():
+        raise ConfigError(f"{ELASTIC_WORKERS_FROM_ENV}={text!r}: must be a worker index (a whole number)")
+    return [(job, index) for job, index in cluster.replica_tasks() if job != WORKER or index < int(text)]
+
+
 def _wait_for_replicas(cluster: ClusterConfig, tokens: queue.Queue, orphan_timeout_secs, poll_secs) -> list[int]:
     replicas = cluster.replica_tasks()
-    pending = set(range(len(replicas)))
+    pending = {replicas.index(task) for task in awaited_replicas(cluster)}
     order = []
     last_seen = time.monotonic()
     while pending:
