@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -127,6 +128,59 @@ def test_a_killed_task_fails_the_stage_spark_runs_it_again_and_the_chief_resumes
     assert all(row[2:5] == ["0", "(finished)", "1"] for row in rows.values()), rows  # one stage retry
     with open(os.path.join(log_dir, "worker-0.log"), encoding="utf-8") as handle:
         assert "resuming from global step" in handle.read()
+
+
+def test_ctrl_c_leaves_no_executor_task_process_or_port_behind(spark_cluster, tmp_path):
+    master, env = spark_cluster
+    cluster_root = os.path.dirname(env["SPARK_WORKER_DIR"])
+    log_dir = str(tmp_path / "run")
+    argv = [sys.executable, "-m", "ps_toolkit.tools.launch_spark", f"--master={master}", f"--log_dir={log_dir}"]
+    argv += ["--nochart", "--spark_executor_memory=512m", "--num_ps=1", "--num_workers=2", "--train_steps=100000"]
+    argv += ["--save_checkpoint_steps=50", "--timeout_secs=400", *open_ports()]
+    launcher = subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        task = wait_for_training(log_dir, "worker", deadline=time.monotonic() + JOB_TIMEOUT_SECS)
+        ports = task_ports(task.cmdline())
+        assert executors(cluster_root), "the running job has no executor of this cluster"
+        launcher.send_signal(signal.SIGINT)
+        output, _ = launcher.communicate(timeout=120)
+    finally:
+        if launcher.poll() is None:
+            launcher.kill()
+            launcher.wait(30)
+    assert launcher.returncode == 128 + signal.SIGINT, output[-5000:]
+    assert "launcher: FAILED: interrupted; the stage was cancelled" in output, output[-5000:]
+    # The standalone workers end an application's executors once its driver has gone: bounded.
+    deadline = time.monotonic() + 60
+    while (executors(cluster_root) or listening(ports)) and time.monotonic() < deadline:
+        time.sleep(0.5)  # a poll of the process table, bounded by the deadline
+    assert not executors(cluster_root), [p.info["cmdline"] for p in executors(cluster_root)]
+    assert not listening(ports), f"task ports still listening: {listening(ports)} of {ports}"
+    assert_no_task_left(log_dir)
+
+
+def task_ports(cmdline: list[str]) -> set[int]:
+    """Every task's port, from one task's --ps_hosts and --worker_hosts."""
+    words = " ".join(cmdline).split()
+    hosts = [word.split("=", 1)[1] for word in words if word.startswith(("--ps_hosts=", "--worker_hosts="))]
+    return {int(address.rpartition(":")[2]) for text in hosts for address in text.split(",")}
+
+
+def executors(cluster_root: str) -> list[psutil.Process]:
+    """This test cluster's executor JVMs (their folders are under the cluster's work dirs)."""
+    found = []
+    for process in psutil.process_iter(["cmdline"]):
+        if "CoarseGrainedExecutorBackend" in " ".join(process.info["cmdline"] or []):
+            try:
+                if process.cwd().startswith(cluster_root):
+                    found.append(process)
+            except psutil.Error:
+                continue
+    return found
+
+
+def listening(ports: set[int]) -> list[int]:
+    return sorted({c.laddr.port for c in psutil.net_connections("tcp") if c.status == "LISTEN"} & ports)
 
 
 def wait_for_training(log_dir: str, job: str, deadline: float) -> psutil.Process:
