@@ -144,6 +144,21 @@ def test_ctrl_c_leaves_no_task_actor_or_bundle_behind(ray_cluster, tmp_path):
     assert ray_is_idle(address, env), "Ray still holds resources or a placement group of the interrupted job"
 
 
+def test_an_estimator_script_runs_to_a_clean_end(ray_cluster, tmp_path):
+    address, env = ray_cluster
+    log_dir = str(tmp_path / "run")
+    script = os.path.join(REPO, "tests", "fixtures_legacy", "estimator_cluster.py")
+    command = [sys.executable, os.path.join(REPO, "scripts", "run_legacy.py"), script, "--model=dnn"]
+    command += [f"--model_dir={tmp_path / 'model'}", "--max_steps=200"]
+    job = ["--chief", "--num_workers=1", "--num_ps=1", "--evaluator", "--success_policy=all_workers"]
+    done = launch_ray(address, env, *job, "--allow_open_ports", "--", *command, log_dir=log_dir)
+    assert done.returncode == 0, describe(done)
+    rows = summary_rows(log_dir)
+    assert sorted(rows) == ["chief:0", "evaluator:0", "ps:0", "worker:0"], describe(done)
+    assert all(row[2:4] == ["0", "(finished)"] for row in rows.values()), rows
+    assert any(name.startswith("model.ckpt-") for name in os.listdir(tmp_path / "model")), describe(done)
+
+
 def _progress_records(log_dir: str, log: str) -> int:
     try:
         with open(os.path.join(log_dir, log), encoding="utf-8", errors="replace") as handle:

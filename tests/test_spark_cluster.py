@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -128,6 +129,58 @@ def test_a_killed_task_fails_the_stage_spark_runs_it_again_and_the_chief_resumes
     assert all(row[2:5] == ["0", "(finished)", "1"] for row in rows.values()), rows  # one stage retry
     with open(os.path.join(log_dir, "worker-0.log"), encoding="utf-8") as handle:
         assert "resuming from global step" in handle.read()
+
+
+def test_the_replicas_read_their_partition_of_a_dataframe(spark_cluster, tmp_path):
+    master, env = spark_cluster
+    log_dir = str(tmp_path / "run")
+    rows = tmp_path / "rows.csv"
+    values = [(i % 7 - 3.0, i % 5 - 2.0) for i in range(101)]
+    rows.write_text("x1,x2,y\n" + "".join(f"{a},{b},{2 * a - 3 * b + 1}\n" for a, b in values))
+    env = dict(env, PYTHONPATH=os.path.join(REPO, "tests", "user_models"))
+    model = ["--model_fn=frame_rows:model_fn", "--input_fn=frame_rows:input_fn", "--batch_size=8"]
+    data = [f"--input_path={rows}", "--input_format=csv"]
+    done = launch_spark(master, env, "--num_ps=1", "--num_workers=2", "--train_steps=100", *model, *data,
+                        log_dir=log_dir)  # fmt: skip
+    assert done.returncode == 0, describe(done)
+    rows_seen = {}
+    for task in ("worker-0", "worker-1"):
+        with open(os.path.join(log_dir, f"{task}.log"), encoding="utf-8") as handle:
+            rows_seen[task] = int(re.search(r"partition rows: (\d+)", handle.read()).group(1))
+    assert sorted(rows_seen.values()) == [50, 51], rows_seen  # 101 rows dealt round-robin over 2 replicas
+    assert (
+        not os.path.exists(os.path.join(log_dir, "ps-0.log"))
+        or "partition rows" not in open(os.path.join(log_dir, "ps-0.log"), encoding="utf-8").read()
+    )
+
+
+def test_a_bad_input_path_is_one_line_and_status_2(spark_cluster, tmp_path):
+    master, env = spark_cluster
+    done = launch_spark(master, env, f"--input_path={tmp_path}/none.parquet", log_dir=str(tmp_path / "run"))
+    assert done.returncode == 2, describe(done)
+    assert done.stderr.strip().startswith(f"launch_spark: --input_path={tmp_path}/none.parquet: Spark cannot read it")
+
+
+def test_an_estimator_script_runs_to_a_clean_end(spark_cluster, tmp_path):
+    master, env = spark_cluster
+    log_dir = str(tmp_path / "run")
+    done = launch_spark(master, env, *ESTIMATOR_JOB, "--allow_open_ports", "--", *estimator_command(tmp_path),
+                        log_dir=log_dir)  # fmt: skip
+    assert done.returncode == 0, describe(done)
+    rows = summary_rows(log_dir)
+    assert sorted(rows) == ["chief:0", "evaluator:0", "ps:0", "worker:0"], describe(done)
+    assert all(row[2:4] == ["0", "(finished)"] for row in rows.values()), rows
+    assert any(name.startswith("model.ckpt-") for name in os.listdir(tmp_path / "model")), describe(done)
+
+
+ESTIMATOR_JOB = ["--chief", "--num_workers=1", "--num_ps=1", "--evaluator", "--success_policy=all_workers"]
+
+
+def estimator_command(tmp_path) -> list[str]:
+    """tf.estimator.train_and_evaluate over TF_CONFIG, through run_legacy (tests/fixtures_legacy)."""
+    script = os.path.join(REPO, "tests", "fixtures_legacy", "estimator_cluster.py")
+    run_legacy = os.path.join(REPO, "scripts", "run_legacy.py")
+    return [sys.executable, run_legacy, script, "--model=dnn", f"--model_dir={tmp_path / 'model'}", "--max_steps=200"]
 
 
 def test_ctrl_c_leaves_no_executor_task_process_or_port_behind(spark_cluster, tmp_path):
