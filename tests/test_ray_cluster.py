@@ -188,9 +188,12 @@ def test_async_workers_grow_from_two_to_four_and_shrink_back(ray_cluster, tmp_pa
     log_dir = str(tmp_path / "run")
     # The input waits this long per batch until the test lets the job finish: the phases last as long as
     # the test watches them, however fast or slow the machine is.
-    pace = tmp_path / "pace"
+    models = tmp_path / "models"
+    models.mkdir()
+    shutil.copy(os.path.join(REPO, "tests", "user_models", "paced.py"), models)
+    pace = models / "pace"
     pace.write_text("0.3")
-    env = dict(env, PYTHONPATH=os.path.join(REPO, "tests", "user_models"), PACE_FILE=str(pace))
+    env = dict(env, PYTHONPATH=str(models))
     argv = [sys.executable, "-m", "ps_toolkit.tools.launch_ray", f"--address={address}", f"--log_dir={log_dir}"]
     argv += ["--quiet", "--nochart", "--grace_secs=5", "--stop_grace_secs=5", "--timeout_secs=600", *open_ports()]
     argv += ["--min_workers=2", "--max_workers=4", "--ray_ps_cpus=0.5", "--ray_worker_cpus=0.5"]
@@ -200,7 +203,8 @@ def test_async_workers_grow_from_two_to_four_and_shrink_back(ray_cluster, tmp_pa
     reader = threading.Thread(target=lambda: output.extend(launcher.stdout), daemon=True)
     reader.start()
     try:
-        _wait_until(lambda: _progress_records(log_dir, "worker-0.log") >= 1, launcher, 240, "chief step", output)
+        chief_steps = lambda: _progress_records(log_dir, "worker-0.log") >= 2  # noqa: E731
+        _wait_until(chief_steps, launcher, 240, "two progress records of the chief", output)
         request_workers(log_dir, 4)
         joined = lambda: all(_progress_records(log_dir, f"worker-{i}.log") >= 1 for i in (2, 3))  # noqa: E731
         _wait_until(joined, launcher, 300, "step of both new workers", output)

@@ -1,8 +1,10 @@
 """A user model whose input is paced by a file the test writes: it decides how fast the job trains, and so
 when it ends, without a timing assertion.
 
-Each batch waits the seconds written in the file named by PACE_FILE (0 or no file: no wait), read again
-for every batch, so a test can hold a job in a phase as long as it watches it, then let it finish.
+Each batch waits the seconds written in the file ``pace`` beside this module (0 or no file: no wait), read
+again for every batch, so a test can hold a job in a phase as long as it watches it, then let it finish. The
+test copies this module into a folder of its own, with the pace file, and names it in PYTHONPATH (which
+every launcher carries to its tasks, on other nodes too).
 """
 
 import os
@@ -16,9 +18,9 @@ import ps_toolkit
 
 def _pause(value):
     try:
-        with open(os.environ["PACE_FILE"], encoding="ascii") as handle:
+        with open(os.path.join(os.path.dirname(os.path.abspath(__file__)), "pace"), encoding="ascii") as handle:
             time.sleep(min(float(handle.read().strip() or 0), 5.0))
-    except (KeyError, OSError, ValueError):
+    except (OSError, ValueError):
         pass
     return value
 
