@@ -33,12 +33,14 @@ from ps_toolkit.launch.ray_elastic import ElasticWorkers, check_bounds
 from ps_toolkit.launch.ray_nodes import PortHolder
 from ps_toolkit.launch.status import Console
 from ps_toolkit.launch.supervisor import LogFolderWarning, Supervisor
-from ps_toolkit.launch.task_plan import START_ORDER, TaskPlan, plan_tasks, task_env
+from ps_toolkit.launch.task_plan import CLUSTER_ARGS_ENV, START_ORDER, TaskPlan, plan_tasks, task_env
 from ps_toolkit.process import lifecycle
 from ps_toolkit.process.fork_client import TaskStarter
 
-# What a task's actor gets from the launch's plan besides engine_env's: its cluster and unbuffered output.
-_PLAN_ENV_KEYS = ("TF_CONFIG", "PYTHONUNBUFFERED")
+# What a task's actor gets from the launch's plan besides engine_env's: its cluster, unbuffered output, and the
+# cluster flags appended to its command (run_legacy keeps them from an old script's own flags by this list, and
+# reports progress only where a launcher set it).
+_PLAN_ENV_KEYS = ("TF_CONFIG", "PYTHONUNBUFFERED", CLUSTER_ARGS_ENV)
 
 
 @dataclasses.dataclass(frozen=True)
