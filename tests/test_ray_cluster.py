@@ -230,6 +230,8 @@ def test_async_workers_grow_from_two_to_four_and_shrink_back(ray_cluster, tmp_pa
     assert [count for count, *_ in phases] == ["2", "4", "2"], text
     assert all(int(last) > int(first) for _, first, last, _ in phases), text  # steps went on in every phase
     assert "launch_ray: elastic: worker:3 retired" in text and "launch_ray: elastic: worker:2 retired" in text, text
+    with open(os.path.join(log_dir, "summary.txt"), encoding="utf-8") as handle:
+        assert "elastic phase 3: 2 workers" in handle.read()
     rows = summary_rows(log_dir)  # the permanent tasks only: a retired worker is out of the verdict
     assert sorted(rows) == ["ps:0", "worker:0", "worker:1"], text
     assert all(row[2:4] == ["0", "(finished)"] for row in rows.values()), rows

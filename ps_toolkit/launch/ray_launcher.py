@@ -92,14 +92,19 @@ def launch(options: LaunchOptions, ray_options: RayOptions, console: Console | N
     console.line(f"launch_ray: run folder {log_dir}")
     log_warning = LogFolderWarning(log_dir, console.line)
     try:
+        elastic_lines: list[str] = []
         with _RayJob(ray_options, console) as job:
-            outcome = _supervise(options, job, console, log_dir, log_warning)
-        return launcher.report(outcome, log_dir, console, log_warning, chart=options.chart)
+            outcome = _supervise(options, job, console, log_dir, log_warning, elastic_lines)
+        result = launcher.report(outcome, log_dir, console, log_warning, chart=options.chart)
+        if elastic_lines:  # the workers' changes and each phase's steps/s go with the table into summary.txt
+            with open(os.path.join(log_dir, launcher.SUMMARY_FILE), "a", encoding="utf-8") as summary:
+                summary.write("".join(f"{line}\n" for line in elastic_lines))
+        return result
     finally:
         paths.release_run_dir(log_dir)
 
 
-def _supervise(options: LaunchOptions, job: _RayJob, console: Console, log_dir: str, log_warning):
+def _supervise(options: LaunchOptions, job: _RayJob, console: Console, log_dir: str, log_warning, elastic_lines):
     counts = options.topology.jobs_for_ports(range(1, options.topology.num_tasks + 1))
     # One bundle per task, servers first (the order plan_tasks starts them in).
     tasks = [(role, index) for role in START_ORDER for index in range(len(counts.get(role, ())))]
@@ -140,6 +145,7 @@ def _supervise(options: LaunchOptions, job: _RayJob, console: Console, log_dir: 
             outcome = supervisor.run(signal_fd=signal_fd)
         for line in pool.summary_lines() if pool else ():
             console.line(f"launch_ray: {line}")
+            elastic_lines.append(line)
         return outcome
     finally:
         reaper.close()
