@@ -111,10 +111,7 @@ def test_a_user_model_fn_with_embeddings_over_two_ps(spark_cluster, tmp_path):
 def test_a_killed_task_fails_the_stage_spark_runs_it_again_and_the_chief_resumes(spark_cluster, tmp_path, job):
     master, env = spark_cluster
     log_dir = str(tmp_path / "run")
-    argv = [sys.executable, "-m", "ps_toolkit.tools.launch_spark", f"--master={master}", f"--log_dir={log_dir}"]
-    argv += ["--nochart", "--spark_executor_memory=512m", "--num_ps=1", "--num_workers=2", "--train_steps=2000"]
-    argv += ["--save_checkpoint_steps=50", "--restart=on-failure", *open_ports()]
-    launcher = subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    launcher = start_spark(master, env, log_dir, "--train_steps=2000", "--restart=on-failure")
     try:
         victim = wait_for_training(log_dir, job, deadline=time.monotonic() + JOB_TIMEOUT_SECS)
         victim.kill()
@@ -183,10 +180,7 @@ def test_ctrl_c_leaves_no_executor_task_process_or_port_behind(spark_cluster, tm
     master, env = spark_cluster
     cluster_root = os.path.dirname(env["SPARK_WORKER_DIR"])
     log_dir = str(tmp_path / "run")
-    argv = [sys.executable, "-m", "ps_toolkit.tools.launch_spark", f"--master={master}", f"--log_dir={log_dir}"]
-    argv += ["--nochart", "--spark_executor_memory=512m", "--num_ps=1", "--num_workers=2", "--train_steps=100000"]
-    argv += ["--save_checkpoint_steps=50", "--timeout_secs=400", *open_ports()]
-    launcher = subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    launcher = start_spark(master, env, log_dir, "--train_steps=100000", "--timeout_secs=400")
     try:
         task = wait_for_training(log_dir, "worker", deadline=time.monotonic() + JOB_TIMEOUT_SECS)
         ports = task_ports(task.cmdline())
@@ -230,6 +224,14 @@ def executors(cluster_root: str) -> list[psutil.Process]:
 
 def listening(ports: set[int]) -> list[int]:
     return sorted({c.laddr.port for c in psutil.net_connections("tcp") if c.status == "LISTEN"} & ports)
+
+
+def start_spark(master: str, env: dict, log_dir: str, *args: str) -> subprocess.Popen:
+    """The launcher of a 1 ps + 2 worker job that checkpoints often, running; its output in one pipe."""
+    argv = [sys.executable, "-m", "ps_toolkit.tools.launch_spark", f"--master={master}", f"--log_dir={log_dir}"]
+    argv += ["--nochart", "--spark_executor_memory=512m", "--num_ps=1", "--num_workers=2"]
+    argv += ["--save_checkpoint_steps=50", *open_ports(), *args]
+    return subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
 
 
 def wait_for_training(log_dir: str, job: str, deadline: float) -> psutil.Process:
