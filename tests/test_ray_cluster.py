@@ -54,11 +54,11 @@ def ray_cluster():
             [ray_bin, "start", "--head", f"--port={gcs_port}", f"--ray-client-server-port={client_port}",
              "--include-dashboard=false", f"--temp-dir={root}", f"--dashboard-agent-listen-port={head_agent_port}",
              "--min-worker-port=40000", "--max-worker-port=40499", *common],
-            ready="Ray runtime started", timeout_secs=120,
+            ready="Ray runtime started", timeout_secs=120, attempts=3,
         )  # fmt: skip
         second = [ray_bin, "start", f"--address=127.0.0.1:{gcs_port}", "--min-worker-port=40500"]
         second += ["--max-worker-port=40999", f"--dashboard-agent-listen-port={node_agent_port}", *common]
-        daemons.start(second, ready="Ray runtime started", timeout_secs=120)
+        daemons.start(second, ready="Ray runtime started", timeout_secs=120, attempts=3)
         yield f"127.0.0.1:{gcs_port}", env
     finally:
         daemons.stop()
