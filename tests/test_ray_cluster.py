@@ -151,6 +151,7 @@ def test_an_estimator_script_runs_to_a_clean_end(ray_cluster, tmp_path):
     command = [sys.executable, os.path.join(REPO, "scripts", "run_legacy.py"), script, "--model=dnn"]
     command += [f"--model_dir={tmp_path / 'model'}", "--max_steps=200"]
     job = ["--chief", "--num_workers=1", "--num_ps=1", "--evaluator", "--success_policy=all_workers"]
+    job += ["--grace_secs=30", "--ps_grace_secs=30"]  # each task ends by itself after the chief, as locally
     done = launch_ray(address, env, *job, "--allow_open_ports", "--", *command, log_dir=log_dir)
     assert done.returncode == 0, describe(done)
     rows = summary_rows(log_dir)
@@ -195,7 +196,9 @@ def test_async_workers_grow_from_two_to_four_and_shrink_back(ray_cluster, tmp_pa
     pace.write_text("0.3")
     env = dict(env, PYTHONPATH=str(models))
     argv = [sys.executable, "-m", "ps_toolkit.tools.launch_ray", f"--address={address}", f"--log_dir={log_dir}"]
-    argv += ["--quiet", "--nochart", "--grace_secs=5", "--stop_grace_secs=5", "--timeout_secs=600", *open_ports()]
+    # Each task gets 30 s to end by itself after the chief (5 s is too short on a loaded machine).
+    argv += ["--quiet", "--nochart", "--grace_secs=30", "--ps_grace_secs=30", "--stop_grace_secs=5"]
+    argv += ["--timeout_secs=600", *open_ports()]
     argv += ["--min_workers=2", "--max_workers=4", "--ray_ps_cpus=0.5", "--ray_worker_cpus=0.5"]
     argv += ["--model_fn=paced:model_fn", "--input_fn=paced:input_fn", "--steps_per_run=1", "--train_steps=3000"]
     launcher = subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
