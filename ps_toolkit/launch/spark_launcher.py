@@ -55,6 +55,10 @@ class SparkOptions:
     def __post_init__(self):
         if self.input_format not in _INPUT_FORMATS:
             raise ConfigError(f"--input_format={self.input_format!r}: one of {', '.join(_INPUT_FORMATS)}")
+        local = self.input_path is not None and ("://" not in self.input_path or self.input_path.startswith("file:"))
+        # A local path is checked before Spark starts (whose own start-up writes to stderr); others Spark reads.
+        if local and not os.path.exists(self.input_path.removeprefix("file://").removeprefix("file:")):
+            raise ConfigError(f"--input_path={self.input_path}: no such file or folder")
         if not _MASTER.match(self.master):
             raise ConfigError(
                 f"--master={self.master!r}: give spark://HOST:PORT, local-cluster[WORKERS,CORES,MEMORY_MB] "
