@@ -10,9 +10,12 @@ import signal
 import subprocess
 import sys
 import tempfile
+import threading
+import time
 
 import pytest
 
+from ps_toolkit.backends.ray.elastic import request_workers
 from ps_toolkit.launch.ports import reserve_ports
 from tests.engine_daemons import Daemons, assert_no_task_left, describe, open_ports, summary_rows, unavailable
 from tests.taskrun import REPO
@@ -51,11 +54,11 @@ def ray_cluster():
             [ray_bin, "start", "--head", f"--port={gcs_port}", f"--ray-client-server-port={client_port}",
              "--include-dashboard=false", f"--temp-dir={root}", f"--dashboard-agent-listen-port={head_agent_port}",
              "--min-worker-port=40000", "--max-worker-port=40499", *common],
-            ready="Ray runtime started", timeout_secs=120,
+            ready="Ray runtime started", timeout_secs=120, attempts=3,
         )  # fmt: skip
         second = [ray_bin, "start", f"--address=127.0.0.1:{gcs_port}", "--min-worker-port=40500"]
         second += ["--max-worker-port=40999", f"--dashboard-agent-listen-port={node_agent_port}", *common]
-        daemons.start(second, ready="Ray runtime started", timeout_secs=120)
+        daemons.start(second, ready="Ray runtime started", timeout_secs=120, attempts=3)
         yield f"127.0.0.1:{gcs_port}", env
     finally:
         daemons.stop()
@@ -139,6 +142,102 @@ def test_ctrl_c_leaves_no_task_actor_or_bundle_behind(ray_cluster, tmp_path):
     assert launcher.returncode == 128 + signal.SIGINT, "".join(seen) + output
     assert "launcher: FAILED: interrupted by SIGINT" in output, output
     assert ray_is_idle(address, env), "Ray still holds resources or a placement group of the interrupted job"
+
+
+def test_an_estimator_script_runs_to_a_clean_end(ray_cluster, tmp_path):
+    address, env = ray_cluster
+    log_dir = str(tmp_path / "run")
+    script = os.path.join(REPO, "tests", "fixtures_legacy", "estimator_cluster.py")
+    command = [sys.executable, os.path.join(REPO, "scripts", "run_legacy.py"), script, "--model=dnn"]
+    command += [f"--model_dir={tmp_path / 'model'}", "--max_steps=200"]
+    job = ["--chief", "--num_workers=1", "--num_ps=1", "--evaluator", "--success_policy=all_workers"]
+    job += ["--grace_secs=30", "--ps_grace_secs=30"]  # each task ends by itself after the chief, as locally
+    done = launch_ray(address, env, *job, "--allow_open_ports", "--", *command, log_dir=log_dir)
+    assert done.returncode == 0, describe(done)
+    rows = summary_rows(log_dir)
+    assert sorted(rows) == ["chief:0", "evaluator:0", "ps:0", "worker:0"], describe(done)
+    assert all(row[2:4] == ["0", "(finished)"] for row in rows.values()), rows
+    assert any(name.startswith("model.ckpt-") for name in os.listdir(tmp_path / "model")), describe(done)
+
+
+def _progress_records(log_dir: str, log: str) -> int:
+    try:
+        with open(os.path.join(log_dir, log), encoding="utf-8", errors="replace") as handle:
+            return sum(line.startswith("ps_toolkit progress: ") for line in handle)
+    except OSError:
+        return 0
+
+
+def _log_has(log_dir: str, log: str, text: str) -> bool:
+    try:
+        with open(os.path.join(log_dir, log), encoding="utf-8", errors="replace") as handle:
+            return text in handle.read()
+    except OSError:
+        return False
+
+
+def _wait_until(condition, launcher: subprocess.Popen, timeout_secs: float, what: str, output: list) -> None:
+    deadline = time.monotonic() + timeout_secs
+    while not condition():
+        assert launcher.poll() is None, f"the launcher ended before {what}:\n" + "".join(output)
+        assert time.monotonic() < deadline, f"no {what} within {timeout_secs}s:\n" + "".join(output)
+        threading.Event().wait(0.5)
+
+
+def test_async_workers_grow_from_two_to_four_and_shrink_back(ray_cluster, tmp_path):
+    address, env = ray_cluster
+    log_dir = str(tmp_path / "run")
+    # The input waits this long per batch until the test lets the job finish: the phases last as long as
+    # the test watches them, however fast or slow the machine is.
+    models = tmp_path / "models"
+    models.mkdir()
+    shutil.copy(os.path.join(REPO, "tests", "user_models", "paced.py"), models)
+    pace = models / "pace"
+    pace.write_text("0.3")
+    env = dict(env, PYTHONPATH=str(models))
+    argv = [sys.executable, "-m", "ps_toolkit.tools.launch_ray", f"--address={address}", f"--log_dir={log_dir}"]
+    # Each task gets 30 s to end by itself after the chief (5 s is too short on a loaded machine).
+    argv += ["--quiet", "--nochart", "--grace_secs=30", "--ps_grace_secs=30", "--stop_grace_secs=5"]
+    argv += ["--timeout_secs=600", *open_ports()]
+    argv += ["--min_workers=2", "--max_workers=4", "--ray_ps_cpus=0.5", "--ray_worker_cpus=0.5"]
+    argv += ["--model_fn=paced:model_fn", "--input_fn=paced:input_fn", "--steps_per_run=1", "--train_steps=3000"]
+    launcher = subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    output: list[str] = []
+    reader = threading.Thread(target=lambda: output.extend(launcher.stdout), daemon=True)
+    reader.start()
+    try:
+        chief_steps = lambda: _progress_records(log_dir, "worker-0.log") >= 2  # noqa: E731
+        _wait_until(chief_steps, launcher, 240, "two progress records of the chief", output)
+        request_workers(log_dir, 4)
+        joined = lambda: all(_progress_records(log_dir, f"worker-{i}.log") >= 1 for i in (2, 3))  # noqa: E731
+        _wait_until(joined, launcher, 300, "step of both new workers", output)
+        request_workers(log_dir, 2)
+        left = lambda: all(_log_has(log_dir, f"worker-{i}.log", "--- retired (elastic)") for i in (2, 3))  # noqa: E731
+        _wait_until(left, launcher, 120, "retirement of both new workers", output)
+        seen = _progress_records(log_dir, "worker-0.log")
+        more = lambda: _progress_records(log_dir, "worker-0.log") >= seen + 2  # noqa: E731
+        _wait_until(more, launcher, 120, "chief step after the shrink", output)
+        pace.write_text("0")
+        launcher.wait(timeout=JOB_TIMEOUT_SECS)
+        reader.join(timeout=30)
+    finally:
+        if launcher.poll() is None:
+            launcher.kill()
+            launcher.wait(10)
+        assert_no_task_left(log_dir)
+    text = "".join(output)
+    assert launcher.returncode == 0, text
+    assert "launch_ray: elastic: workers 2 -> 4 (workers asked for 4)" in text, text
+    assert "launch_ray: elastic: workers 4 -> 2 (workers asked for 2)" in text, text
+    phases = re.findall(r"elastic phase \d: (\d) workers .*: global step (\d+) -> (\d+), ([\d.]+) global steps/s", text)
+    assert [count for count, *_ in phases] == ["2", "4", "2"], text
+    assert all(int(last) > int(first) for _, first, last, _ in phases), text  # steps went on in every phase
+    assert "launch_ray: elastic: worker:3 retired" in text and "launch_ray: elastic: worker:2 retired" in text, text
+    with open(os.path.join(log_dir, "summary.txt"), encoding="utf-8") as handle:
+        assert "elastic phase 3: 2 workers" in handle.read()
+    rows = summary_rows(log_dir)  # the permanent tasks only: a retired worker is out of the verdict
+    assert sorted(rows) == ["ps:0", "worker:0", "worker:1"], text
+    assert all(row[2:4] == ["0", "(finished)"] for row in rows.values()), rows
 
 
 IDLE_PROBE = """

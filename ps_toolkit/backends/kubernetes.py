@@ -117,7 +117,7 @@ def tfjob(spec: KubeSpec) -> dict:
             "restartPolicy": spec.restart_policy,
             "template": {
                 "metadata": {"labels": {LABEL: spec.name}},
-                "spec": _pod_spec(spec, env=[]),
+                "spec": pod_spec(spec, env=[]),
             },
         }
     return {
@@ -179,7 +179,7 @@ def _indexed_job(spec: KubeSpec, job: str, count: int) -> dict:
         {"name": "TASK_INDEX", "valueFrom": {"fieldRef": {"fieldPath": COMPLETION_INDEX}}},
         {"name": "TF_CONFIG", "value": plain_tf_config(spec, job)},
     ]
-    pod = _pod_spec(spec, env=env)
+    pod = pod_spec(spec, env=env)
     pod["subdomain"] = spec.name  # with the Service of that name: <pod>.<service>.<namespace>.svc
     pod["restartPolicy"] = "OnFailure" if spec.restart_policy == "OnFailure" else "Never"
     job_spec = {
@@ -207,7 +207,8 @@ def _indexed_job(spec: KubeSpec, job: str, count: int) -> dict:
     }
 
 
-def _pod_spec(spec: KubeSpec, env: list) -> dict:
+def pod_spec(spec: KubeSpec, env: list) -> dict:
+    """One task's pod: the ``tensorflow`` container, its port, ``env`` and the checkpoint volume."""
     args = list(spec.task_args)
     container = {
         "name": CONTAINER,

@@ -32,6 +32,7 @@ _BUILT_IN = {
     "spark": ("spark.launcher", "run_spark"),
     "slurm": ("slurm", "write_sbatch"),
     "kubernetes": ("kubernetes", "write_manifests"),
+    "volcano": ("volcano", "write_manifests"),
 }
 # The built-in backends that cannot run without settings of their own: the command whose flags give them.
 _SETTINGS_FROM = {
@@ -39,6 +40,7 @@ _SETTINGS_FROM = {
     "spark": "ps-launch-spark",
     "slurm": "ps-make-slurm-job",
     "kubernetes": "ps-make-tfjob",
+    "volcano": "ps-make-tfjob --volcano",
 }
 _REGISTERED: dict[str, Backend] = {}
 _LOCK = threading.Lock()

@@ -25,6 +25,9 @@ JOB_NAMES = (CHIEF, WORKER, PS, EVALUATOR)
 TRAINING_JOBS = (CHIEF, WORKER, PS)
 # Kubeflow's first TFJob operator and the estimator era called the chief "master".
 JOB_ALIASES = {"master": CHIEF}
+# Set by a launcher whose workers come and go (ps_toolkit/launch/ray_elastic.py): the worker index from
+# which the cluster's workers are elastic. A ps waits for the done tokens of the workers below it only.
+ELASTIC_WORKERS_FROM_ENV = "PS_TOOLKIT_ELASTIC_WORKERS_FROM"
 
 # The textbook localhost cluster: 1 ps + 2 workers on ports 2222-2224.
 DEFAULT_PS_HOSTS = "localhost:2222"

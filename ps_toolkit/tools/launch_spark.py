@@ -3,6 +3,7 @@
     ps-launch-spark --master=spark://10.0.0.5:7077 --num_ps=2 --num_workers=4 --train_steps=5000
     ps-launch-spark --master='local-cluster[2,2,1024]' --restart=on-failure --checkpoint_dir=/shared/ckpt
     ps-launch-spark --master=spark://HOST:7077 --allow_open_ports -- python my_tf1_script.py
+    ps-launch-spark --master=spark://HOST:7077 --input_path=/data/rows.parquet --model_fn=m:fn --input_fn=m:input_fn
 
 The flags are ps-launch-local's (topology, training flags, --restart,
 --max_restarts, --success_policy, --log_dir), plus the Spark master. Each task
@@ -30,6 +31,10 @@ PROG = "launch_spark"
 _MASTER = flags.DEFINE_string("master", None, "spark://HOST:PORT[,HOST:PORT], local-cluster[N,CORES,MB] or local[N].")
 _EXECUTOR_MEMORY = flags.DEFINE_string("spark_executor_memory", "1g", "Memory of each Spark executor.")
 _CONF = flags.DEFINE_multi_string("spark_conf", [], "KEY=VALUE passed to Spark's configuration.")
+_INPUT_PATH = flags.DEFINE_string(
+    "input_path", None, "A DataFrame Spark reads, dealt over the replicas: their input_fn reads it (spark_partition)."
+)
+_INPUT_FORMAT = flags.DEFINE_string("input_format", "parquet", "--input_path's format: parquet, csv, json, orc.")
 
 
 def launch(command: list[str]) -> int:
@@ -45,6 +50,8 @@ def launch(command: list[str]) -> int:
             master=_MASTER.value,
             executor_memory=_EXECUTOR_MEMORY.value,
             conf=tuple(tuple(text.split("=", 1)) for text in _CONF.value),
+            input_path=_INPUT_PATH.value,
+            input_format=_INPUT_FORMAT.value,
         )
         return registry.run("spark", options, spark_options).exit_code
     except ConfigError as err:

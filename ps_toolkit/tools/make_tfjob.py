@@ -1,8 +1,9 @@
-"""Writes Kubernetes manifests for a parameter-server cluster: a Kubeflow TFJob, or plain objects.
+"""Writes Kubernetes manifests for a parameter-server cluster: a Kubeflow TFJob, plain objects or a Volcano Job.
 
     python scripts/make_tfjob.py --num_ps=1 --num_workers=2 --image=registry.local/ps_toolkit:1 \\
         --train_steps=1000 --checkpoint_pvc=ckpt > tfjob.yaml && kubectl apply -f tfjob.yaml
     python scripts/make_tfjob.py --plain ...   # headless Service + one Indexed Job per role
+    python scripts/make_tfjob.py --volcano ... # a Volcano Job, TF_CONFIG from its tensorflow plugin
 
 Training flags given here are passed to every task (scripts/run_task.py in the
 image, see --command). Bad flags: one line on stderr and exit status 2.
@@ -35,6 +36,7 @@ _PVC = flags.DEFINE_string("checkpoint_pvc", None, "PersistentVolumeClaim mounte
 _MOUNT = flags.DEFINE_string("checkpoint_mount", "/checkpoints", "Where --checkpoint_pvc is mounted.")
 _DOMAIN = flags.DEFINE_string("cluster_domain", None, "Plain: DNS suffix after .svc, e.g. cluster.local.")
 _PLAIN = flags.DEFINE_boolean("plain", False, "Plain Kubernetes objects instead of a Kubeflow TFJob.")
+_VOLCANO = flags.DEFINE_boolean("volcano", False, "A Volcano Job (its tensorflow plugin) instead of a TFJob.")
 
 # Every training flag run_task.py knows, validated here and passed on when given.
 _BEFORE = set(flags.FLAGS)
@@ -58,6 +60,8 @@ def _main(argv):
         cli.fail(f"unexpected arguments {' '.join(argv[1:])!r}; flags look like --name=value")
     if not _IMAGE.value:
         cli.fail("--image is required: the container image that holds ps_toolkit")
+    if _PLAIN.value and _VOLCANO.value:
+        cli.fail("--plain and --volcano: give one (or neither, for a TFJob)")
     if _NUM_PS.value < 0 or _NUM_WORKERS.value < 0:
         cli.fail(f"--num_ps={_NUM_PS.value} --num_workers={_NUM_WORKERS.value} must not be negative")
     roles = (("chief", int(_CHIEF.value)), ("ps", _NUM_PS.value), ("worker", _NUM_WORKERS.value))
@@ -76,7 +80,8 @@ def _main(argv):
             checkpoint_mount=_MOUNT.value,
             cluster_domain=_DOMAIN.value,
         )
-    manifests = registry.run("kubernetes", None, {"spec": spec, "plain": _PLAIN.value})
+    backend = "volcano" if _VOLCANO.value else "kubernetes"
+    manifests = registry.run(backend, None, {"spec": spec, "plain": _PLAIN.value})
     sys.stdout.write(f"# Written by: make_tfjob.py {' '.join(shlex.quote(a) for a in sys.argv[1:])}\n")
     sys.stdout.write(manifests)
 

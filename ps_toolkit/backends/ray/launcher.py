@@ -16,6 +16,7 @@ Example:
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import os
 import socket
@@ -24,10 +25,12 @@ import uuid
 
 from ps_toolkit.backends import local as launcher
 from ps_toolkit.backends.local import LaunchOptions, RunResult
+from ps_toolkit.backends.ray.elastic import ElasticWorkers, check_bounds
 from ps_toolkit.backends.ray.nodes import PortHolder
 from ps_toolkit.base import paths
 from ps_toolkit.base.errors import ConfigError, RetryableError
-from ps_toolkit.cluster.config import PS
+from ps_toolkit.base.progress_lines import CLUSTER_ARGS_ENV
+from ps_toolkit.cluster.config import ELASTIC_WORKERS_FROM_ENV, PS, WORKER
 from ps_toolkit.launch.engine_env import carried_env
 from ps_toolkit.launch.status import Console
 from ps_toolkit.launch.supervisor import ClusterSupervisor, LogFolderWarning
@@ -35,8 +38,10 @@ from ps_toolkit.launch.task_plan import START_ORDER, TaskPlan, plan_tasks, task_
 from ps_toolkit.process import lifecycle
 from ps_toolkit.process.starter import ExecStarter
 
-# What a task's actor gets from the launch's plan besides engine_env's: its cluster and unbuffered output.
-_PLAN_ENV_KEYS = ("TF_CONFIG", "PYTHONUNBUFFERED")
+# What a task's actor gets from the launch's plan besides engine_env's: its cluster, unbuffered output, and the
+# cluster flags appended to its command (run_legacy keeps them from an old script's own flags by this list, and
+# reports progress only where a launcher set it).
+_PLAN_ENV_KEYS = ("TF_CONFIG", "PYTHONUNBUFFERED", CLUSTER_ARGS_ENV)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -54,8 +59,13 @@ class RayOptions:
     worker_gpus: float = 0.0
     local_num_cpus: int | None = None
     ready_secs: float = 120.0
+    # Elastic async workers (ray_elastic): the topology's workers are the permanent ``min_workers``;
+    # up to ``max_workers`` run while the run folder's ``workers`` file asks for them.
+    min_workers: int | None = None
+    max_workers: int | None = None
 
     def __post_init__(self):
+        check_bounds(self.min_workers, self.max_workers)
         for name in ("ps_cpus", "worker_cpus", "worker_gpus"):
             value = getattr(self, name)
             if not 0 <= value <= 1024:
@@ -77,38 +87,54 @@ def launch(options: LaunchOptions, ray_options: RayOptions, console: Console | N
     """Runs the job on Ray to its end and reports, as ``launcher.launch`` does locally."""
     if options.topology.explicit:
         raise ConfigError("--*_hosts: on Ray every task's address is its node's, chosen by the launch; give counts")
+    _check_elastic(options, ray_options)
     console = console or Console(sys.stdout)
     log_dir = launcher.make_run_dir(options.log_dir)
     console.line(f"launch_ray: run folder {log_dir}")
     log_warning = LogFolderWarning(log_dir, console.line)
     try:
+        elastic_lines: list[str] = []
         with _RayJob(ray_options, console) as job:
-            outcome = _supervise(options, job, console, log_dir, log_warning)
-        return launcher.report(outcome, log_dir, console, log_warning, chart=options.chart)
+            outcome = _supervise(options, job, console, log_dir, log_warning, elastic_lines)
+        result = launcher.report(outcome, log_dir, console, log_warning, chart=options.chart)
+        if elastic_lines:  # the workers' changes and each phase's steps/s go with the table into summary.txt
+            with open(os.path.join(log_dir, launcher.SUMMARY_FILE), "a", encoding="utf-8") as summary:
+                summary.write("".join(f"{line}\n" for line in elastic_lines))
+        return result
     finally:
         paths.release_run_dir(log_dir)
 
 
-def _supervise(options: LaunchOptions, job: _RayJob, console: Console, log_dir: str, log_warning):
+def _supervise(options: LaunchOptions, job: _RayJob, console: Console, log_dir: str, log_warning, elastic_lines):
     counts = options.topology.jobs_for_ports(range(1, options.topology.num_tasks + 1))
     # One bundle per task, servers first (the order plan_tasks starts them in).
     tasks = [(role, index) for role in START_ORDER for index in range(len(counts.get(role, ())))]
-    addresses = job.place([name for name, _ in tasks])
+    elastic = _elastic_slots(options, job.options)
+    addresses, nodes = job.place([name for name, _ in tasks], floating=len(elastic))
     cluster: dict[str, list[str]] = {}
-    for (name, _), address in zip(tasks, addresses, strict=True):
+    for (name, _), address in zip([*tasks, *elastic], addresses, strict=True):
         cluster.setdefault(name, []).append(address)
-    plans = plan_tasks(cluster, options.command, base_env=task_env(options.env))
+    base_env = task_env(options.env)
+    if elastic:
+        base_env[ELASTIC_WORKERS_FROM_ENV] = str(job.options.min_workers)
+    plans = plan_tasks(cluster, options.command, base_env=base_env)
     console.line("launch_ray: cluster " + ", ".join(f"{p.name}={p.address}" for p in plans))
-    env_keys = ",".join(dict.fromkeys((*_PLAN_ENV_KEYS, *carried_env(options.env))))
+    extra = (ELASTIC_WORKERS_FROM_ENV,) if elastic else ()
+    env_keys = ",".join(dict.fromkeys((*_PLAN_ENV_KEYS, *extra, *carried_env(options.env))))
     bundles = {f"{name}:{index}": bundle for bundle, (name, index) in enumerate(tasks)}
-    proxied = [_proxied(plan, job, bundles[plan.name], env_keys) for plan in plans]
+    floating = {f"{name}:{index}": node for (name, index), node in zip(elastic, nodes[len(tasks) :], strict=True)}
+    proxied = [
+        _proxied(plan, job, env_keys, bundle=bundles.get(plan.name), node=floating.get(plan.name)) for plan in plans
+    ]
+    permanent = [plan for plan in proxied if plan.name not in floating]
     # Ray's own port pool is not ours to redraw: a taken port is a failure of its task (restarted or fatal).
     policy = dataclasses.replace(options.policy, retry_port_conflicts=False)
     reaper = lifecycle.RunReaper()  # if this process is SIGKILLed, the ray_task processes and so the actors go
     try:
-        with launcher.signals_wake() as signal_fd:
+        pool_context = _elastic_workers(proxied, floating, options, job, log_dir, reaper)
+        with launcher.signals_wake() as signal_fd, pool_context as pool:
             supervisor = ClusterSupervisor(
-                proxied,
+                permanent,
                 log_dir=log_dir,
                 policy=policy,
                 console=console,
@@ -117,22 +143,69 @@ def _supervise(options: LaunchOptions, job: _RayJob, console: Console, log_dir: 
                 log_warning=log_warning,
                 on_start=reaper.add,
             )
-            return supervisor.run(signal_fd=signal_fd)
+            outcome = supervisor.run(signal_fd=signal_fd)
+        for line in pool.summary_lines() if pool else ():
+            console.line(f"launch_ray: {line}")
+            elastic_lines.append(line)
+        return outcome
     finally:
         reaper.close()
 
 
-def _proxied(plan: TaskPlan, job: _RayJob, bundle: int, env_keys: str) -> TaskPlan:
-    """The plan whose process is the task's ``ray_task`` (the actor's owner) instead of the task itself."""
+def _check_elastic(options: LaunchOptions, ray_options: RayOptions) -> None:
+    """Elastic workers need async training and the topology's workers to be the permanent ones."""
+    if ray_options.min_workers is None:
+        return
+    if options.topology.num_workers != ray_options.min_workers:
+        raise ConfigError(
+            f"the topology has {options.topology.num_workers} workers but min_workers={ray_options.min_workers}: "
+            "the permanent workers are the topology's"
+        )
+    if any(arg in ("--sync_replicas", "--sync_replicas=true", "--sync_replicas=True") for arg in options.command):
+        raise ConfigError("--min_workers/--max_workers with --sync_replicas: only async workers can come and go")
+
+
+def _elastic_slots(options: LaunchOptions, ray_options: RayOptions) -> list[tuple[str, int]]:
+    if ray_options.min_workers is None:
+        return []
+    return [(WORKER, index) for index in range(ray_options.min_workers, ray_options.max_workers)]
+
+
+@contextlib.contextmanager
+def _elastic_workers(plans, floating, options: LaunchOptions, job: _RayJob, log_dir: str, reaper):
+    if not floating:
+        yield None
+        return
+    chief = "chief-0.log" if options.topology.chief else "worker-0.log"
+    pool = ElasticWorkers(
+        [plan for plan in plans if plan.name in floating],
+        min_workers=job.options.min_workers,
+        log_dir=log_dir,
+        chief_log=os.path.join(log_dir, chief),
+        stop_grace_secs=options.policy.stop_grace_secs,
+        on_start=reaper.add,
+    )
+    with pool:
+        yield pool
+
+
+def _proxied(plan: TaskPlan, job: _RayJob, env_keys: str, *, bundle: int | None, node: str | None) -> TaskPlan:
+    """The plan whose process is the task's ``ray_task`` (the actor's owner) instead of the task itself.
+
+    A task has its ``bundle`` in the placement group, or (an elastic worker) the ``node`` that holds its port.
+    """
     resources = job.options.bundle(plan.job)
+    if node is None:
+        where = (f"--placement_group={job.group_name}", f"--bundle={bundle}")
+    else:
+        where = (f"--node_id={node}", f"--ready_secs={job.options.ready_secs:g}")
     argv = (
         sys.executable,
         "-m",
         "ps_toolkit.backends.ray.task",
         f"--address={job.address}",
         f"--namespace={job.namespace}",
-        f"--placement_group={job.group_name}",
-        f"--bundle={bundle}",
+        *where,
         f"--num_cpus={resources['CPU']}",
         f"--num_gpus={resources.get('GPU', 0.0)}",
         f"--launcher_python={sys.executable}",
@@ -177,8 +250,9 @@ class _RayJob:
         self.address = ray.get_runtime_context().gcs_address
         return self
 
-    def place(self, jobs: list[str]) -> list[str]:
-        """Reserves a bundle and a port on its node for each task (in ``jobs`` order); their HOST:PORT."""
+    def place(self, jobs: list[str], floating: int = 0) -> tuple[list[str], list[str]]:
+        """Reserves a bundle and a port on its node for each task (in ``jobs`` order), then a port on some
+        node for each of ``floating`` elastic workers (no resources held); their HOST:PORT and node ids."""
         import ray
         from ray.util.placement_group import placement_group
         from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
@@ -194,10 +268,13 @@ class _RayJob:
         holder = ray.remote(PortHolder)
         in_bundle = [PlacementGroupSchedulingStrategy(self._group, index) for index in range(len(bundles))]
         self._holders = [holder.options(num_cpus=0, scheduling_strategy=where).remote() for where in in_bundle]
+        self._holders += [holder.options(num_cpus=0, scheduling_strategy="SPREAD").remote() for _ in range(floating)]
         found = ray.get([h.address.remote() for h in self._holders], timeout=self.options.ready_secs)
-        nodes = {node for node, _, _ in found}
+        nodes = {node for node, _, _ in found[: len(bundles)]}
         self._console.line(f"launch_ray: {len(bundles)} tasks on {len(nodes)} node(s)")
-        return [f"{ip}:{port}" for _, ip, port in found]
+        if floating:
+            self._console.line(f"launch_ray: {floating} elastic worker slot(s), ports held, no resources")
+        return [f"{ip}:{port}" for _, ip, port in found], [node for node, _, _ in found]
 
     def __exit__(self, *exc_info) -> None:
         import ray

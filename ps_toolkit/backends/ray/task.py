@@ -2,6 +2,7 @@
 
     python -m ps_toolkit.backends.ray.task --address=GCS --namespace=NS --placement_group=NAME --bundle=I
         --num_cpus=1 --num_gpus=0 --launcher_python=PATH --env_keys=TF_CONFIG,... -- COMMAND...
+    python -m ps_toolkit.backends.ray.task ... --node_id=ID --ready_secs=S -- COMMAND...   # an elastic worker
 
 It connects to the Ray cluster, creates the task's actor in its bundle of the
 launch's placement group (the node that holds its port), runs COMMAND there and
@@ -33,13 +34,19 @@ _LOST = "the task's Ray actor was lost (its node or worker process died)"
 
 def _parse(argv: list[str]) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="ray_task")
-    for name in ("address", "namespace", "placement_group", "launcher_python", "env_keys", "cwd"):
+    for name in ("address", "namespace", "launcher_python", "env_keys", "cwd"):
         parser.add_argument(f"--{name}", required=True)
-    parser.add_argument("--bundle", type=int, required=True)
+    # Either a bundle of the launch's placement group, or (an elastic worker) the node that holds its port.
+    parser.add_argument("--placement_group")
+    parser.add_argument("--node_id")
+    parser.add_argument("--ready_secs", type=float, default=None)
+    parser.add_argument("--bundle", type=int, default=0)
     parser.add_argument("--num_cpus", type=float, required=True)
     parser.add_argument("--num_gpus", type=float, default=0.0)
     parser.add_argument("command", nargs=argparse.REMAINDER)
     args = parser.parse_args(argv)
+    if (args.placement_group is None) == (args.node_id is None):
+        parser.error("give one of --placement_group and --node_id")
     if args.command[:1] == ["--"]:
         args.command = args.command[1:]
     return args
@@ -48,20 +55,30 @@ def _parse(argv: list[str]) -> argparse.Namespace:
 def run(args: argparse.Namespace) -> int:
     """Runs the task's actor to its end; its exit status (-N: killed by signal N)."""
     import ray
-    from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
+    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy, PlacementGroupSchedulingStrategy
 
     ray.init(address=args.address, namespace=args.namespace, log_to_driver=False, logging_level="WARNING")
-    group = ray.util.get_placement_group(args.placement_group)
+    if args.node_id is not None:
+        where = NodeAffinitySchedulingStrategy(args.node_id, soft=False)
+    else:
+        group = ray.util.get_placement_group(args.placement_group)
+        where = PlacementGroupSchedulingStrategy(group, placement_group_bundle_index=args.bundle)
     actor = (
         ray.remote(TaskActor)
         .options(
             num_cpus=args.num_cpus,
             num_gpus=args.num_gpus,
             max_concurrency=2,  # signal() while run() streams
-            scheduling_strategy=PlacementGroupSchedulingStrategy(group, placement_group_bundle_index=args.bundle),
+            scheduling_strategy=where,
         )
         .remote()
     )
+    if args.ready_secs is not None:
+        try:  # an actor outside the placement group waits for free resources on its node: bounded
+            ray.get(actor.pid.remote(), timeout=args.ready_secs)
+        except ray.exceptions.GetTimeoutError:
+            print(f"ray_task: no room on node {args.node_id} within {args.ready_secs:g}s", file=sys.stderr, flush=True)
+            return EXIT_RETRYABLE
     env = {key: os.environ[key] for key in args.env_keys.split(",") if key in os.environ}
     status: list[int] = []
     done = threading.Event()

@@ -37,6 +37,7 @@ from ps_toolkit.launch.supervisor import LogFolderWarning, Outcome
 from ps_toolkit.launch.task_output import TaskOutput
 from ps_toolkit.launch.task_plan import START_ORDER
 
+_INPUT_FORMATS = ("parquet", "csv", "json", "orc")
 _MASTER = re.compile(r"^(spark://[\w.\-:,\[\]]+|local-cluster\[\d+,\s*\d+,\s*\d+\]|local\[\d+(,\s*\d+)?\])$")
 
 
@@ -47,8 +48,18 @@ class SparkOptions:
     master: str
     executor_memory: str = "1g"
     conf: tuple[tuple[str, str], ...] = ()
+    # The replicas' input (spark_partition): rows of a file Spark reads (input_path, in input_format: parquet,
+    # csv with a header, json, orc) dealt round-robin over the chief and workers.
+    input_path: str | None = None
+    input_format: str = "parquet"
 
     def __post_init__(self):
+        if self.input_format not in _INPUT_FORMATS:
+            raise ConfigError(f"--input_format={self.input_format!r}: one of {', '.join(_INPUT_FORMATS)}")
+        local = self.input_path is not None and ("://" not in self.input_path or self.input_path.startswith("file:"))
+        # A local path is checked before Spark starts (whose own start-up writes to stderr); others Spark reads.
+        if local and not os.path.exists(self.input_path.removeprefix("file://").removeprefix("file:")):
+            raise ConfigError(f"--input_path={self.input_path}: no such file or folder")
         if not _MASTER.match(self.master):
             raise ConfigError(
                 f"--master={self.master!r}: give spark://HOST:PORT, local-cluster[WORKERS,CORES,MEMORY_MB] "
@@ -92,12 +103,26 @@ def _run_stage(options: LaunchOptions, spark_options: SparkOptions, console: Con
         builder = builder.config(key, value)
     console.line(f"launch_spark: one barrier stage of {len(roles)} tasks on {spark_options.master}")
     session = builder.getOrCreate()
+    with_rows = spark_options.input_path is not None
     task = functools.partial(
-        run_barrier_task, roles=roles, command=options.command, env=carried_env(options.env), retry=retry
+        run_barrier_task,
+        roles=roles,
+        command=options.command,
+        env=carried_env(options.env),
+        retry=retry,
+        with_rows=with_rows,
     )
+    if with_rows:
+        try:
+            source = _dealt(_read_input(session, spark_options), roles)
+        except ConfigError:
+            session.stop()
+            raise
+    else:
+        source = session.sparkContext.parallelize(range(len(roles)), len(roles))
     # The barrier stage feeds a shuffle: Spark retries a failed barrier shuffle-map stage as a whole, while a
     # failed barrier result stage is never retried ("Could not recover from a failed barrier ResultStage").
-    barrier = session.sparkContext.parallelize(range(len(roles)), len(roles)).barrier().mapPartitions(task)
+    barrier = source.barrier().mapPartitions(task)
     stage = barrier.repartition(1)
     previous = signal.signal(signal.SIGTERM, _cancel_on_term(session))
     timer = _StageTimeout(session, options.policy.timeout_secs)
@@ -118,6 +143,24 @@ def _run_stage(options: LaunchOptions, spark_options: SparkOptions, console: Con
         signal.signal(signal.SIGTERM, previous)
         session.stop()
     return _judge(results, restarts, options, log_dir, console, log_warning)
+
+
+def _read_input(session, spark_options: SparkOptions):
+    """The input DataFrame; a path Spark cannot read is bad input, named."""
+    options = {"header": "true", "inferSchema": "true"} if spark_options.input_format == "csv" else {}
+    try:
+        return session.read.load(spark_options.input_path, format=spark_options.input_format, **options)
+    except Exception as err:  # Spark's AnalysisException and py4j errors
+        first = next((line for line in str(err).splitlines() if line.strip()), type(err).__name__)
+        raise ConfigError(f"--input_path={spark_options.input_path}: Spark cannot read it: {first[:300]}") from None
+
+
+def _dealt(frame, roles: list[tuple[str, int]]):
+    """The DataFrame's rows dealt round-robin over the replicas' partitions (one partition per task)."""
+    replicas = [index for index, (job, _) in enumerate(roles) if job in (CHIEF, WORKER)]
+    count = len(replicas)
+    keyed = frame.rdd.zipWithIndex().map(lambda pair: (replicas[pair[1] % count], pair[0]))
+    return keyed.partitionBy(len(roles), lambda key: key).values()
 
 
 class _StageTimeout:

@@ -13,10 +13,14 @@ to the driver, which judges the run.
 
 from __future__ import annotations
 
+import os
+import shutil
 import subprocess
+import tempfile
 import time
 from collections.abc import Iterator, Mapping, Sequence
 
+from ps_toolkit.backends.spark.partition import PARTITION_ENV, write_partition
 from ps_toolkit.base.errors import EXIT_CONFIG, EXIT_ENVIRONMENT
 from ps_toolkit.launch.ports import reserve_ports
 from ps_toolkit.launch.status import describe_exit
@@ -39,14 +43,22 @@ def run_barrier_task(
     command: Sequence[str],
     env: Mapping[str, str],
     retry: bool,
+    with_rows: bool = False,
 ) -> Iterator[tuple]:
-    """The body of partition ``i``: runs task ``roles[i]``; yields (name, address, status, secs, stage id, output)."""
+    """The body of partition ``i``: runs task ``roles[i]``; yields (name, address, status, secs, stage id, output).
+
+    ``with_rows``: the partition's rows are the task's input (spark_partition), written beside it for its input_fn.
+    """
     from pyspark import BarrierTaskContext  # only on an executor
 
     context = BarrierTaskContext.get()
     index = context.partitionId()
     job, job_index = roles[index]
     host = context.getTaskInfos()[index].address.rsplit(":", 1)[0]
+    folder = tempfile.mkdtemp(prefix="ps_toolkit-partition-") if with_rows else None
+    if folder is not None:
+        write_partition(_rows, os.path.join(folder, "rows.npz"))
+        env = {**env, PARTITION_ENV: os.path.join(folder, "rows.npz")}
     reservation = reserve_ports(1)
     try:
         addresses = context.allGather(f"{host}:{reservation.ports[0]}")
@@ -63,6 +75,8 @@ def run_barrier_task(
         code = process.wait()
     finally:
         reservation.release()
+        if folder is not None:
+            shutil.rmtree(folder, ignore_errors=True)
     if code != 0 and retry and code not in (EXIT_CONFIG, EXIT_ENVIRONMENT):
         tail = "\n".join(output.decode("utf-8", "replace").splitlines()[-_TAIL_LINES:])
         raise RetryableTaskExit(

@@ -11,6 +11,7 @@ replicas' side of that protocol.
 from __future__ import annotations
 
 import logging
+import os
 import queue
 import select
 import socket
@@ -19,8 +20,8 @@ import time
 
 import tensorflow as tf
 
-from ps_toolkit.base.errors import PS_ORPHAN_TIMEOUT_SECS, OrphanedError
-from ps_toolkit.cluster.config import PS, ClusterConfig
+from ps_toolkit.base.errors import PS_ORPHAN_TIMEOUT_SECS, ConfigError, OrphanedError
+from ps_toolkit.cluster.config import ELASTIC_WORKERS_FROM_ENV, PS, WORKER, ClusterConfig
 from ps_toolkit.cluster.preflight import connect, reachable
 from ps_toolkit.task.server import session_config
 
@@ -119,9 +120,23 @@ def _wait_until_closed(connections: list[socket.socket], deadline: float) -> Non
                 open_ones.remove(sock)
 
 
+def awaited_replicas(cluster: ClusterConfig, environ=os.environ) -> list[tuple[str, int]]:
+    """The replicas whose done token a ps waits for: all of them, but the elastic workers.
+
+    Raises:
+        ConfigError: the elastic bound in ``environ`` is not a whole number of at least 0.
+    """
+    text = environ.get(ELASTIC_WORKERS_FROM_ENV, "").strip()
+    if not text:
+        return cluster.replica_tasks()
+    if not text.isdigit():
+        raise ConfigError(f"{ELASTIC_WORKERS_FROM_ENV}={text!r}: must be a worker index (a whole number)")
+    return [(job, index) for job, index in cluster.replica_tasks() if job != WORKER or index < int(text)]
+
+
 def _wait_for_replicas(cluster: ClusterConfig, tokens: queue.Queue, orphan_timeout_secs, poll_secs) -> list[int]:
     replicas = cluster.replica_tasks()
-    pending = set(range(len(replicas)))
+    pending = {replicas.index(task) for task in awaited_replicas(cluster)}
     order = []
     last_seen = time.monotonic()
     while pending:
