@@ -8,7 +8,7 @@ import pytest
 
 from ps_toolkit.backends.ray import elastic as ray_elastic
 from ps_toolkit.base.errors import ConfigError
-from ps_toolkit.base.task_lines import PROGRESS_PREFIX
+from ps_toolkit.base.progress_lines import PROGRESS_PREFIX
 from ps_toolkit.cluster.config import ELASTIC_WORKERS_FROM_ENV, ClusterConfig
 from ps_toolkit.task.roles.ps import awaited_replicas
 

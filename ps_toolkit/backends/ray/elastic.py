@@ -28,7 +28,7 @@ import time
 from collections.abc import Callable
 
 from ps_toolkit.base.errors import ConfigError
-from ps_toolkit.base.task_lines import PROGRESS_PREFIX
+from ps_toolkit.base.progress_lines import PROGRESS_PREFIX
 from ps_toolkit.launch.task_plan import TaskPlan
 
 WANTED_FILE = "workers"
