@@ -116,7 +116,8 @@ def test_launch_local_refuses_an_unknown_backend_in_one_line(tmp_path):
     )
     assert done.returncode == 2, done
     assert done.stderr.strip().splitlines() == [
-        "launch_local.py: --backend='nowhere': no such launch backend; known: kubernetes, local, ray, slurm, spark"
+        "launch_local.py: --backend='nowhere': no such launch backend; "
+        "known: kubernetes, local, ray, slurm, spark, volcano"
     ], done.stderr
 
 

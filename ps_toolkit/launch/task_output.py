@@ -13,14 +13,13 @@ last plain output line, a JSON object, is its final result.
 from __future__ import annotations
 
 import collections
-import functools
-import importlib.util
 import json
 import os
 import re
 from collections.abc import Callable
 
 from ps_toolkit.base.progress_lines import LOG_ONLY_PREFIX, PROGRESS_PREFIX
+from ps_toolkit.launch import source_files
 from ps_toolkit.launch.tf_messages import CONTINUATIONS, INSTRUCTIONS, KERNEL_DEVICES, PLACEMENT
 
 TAIL_LINES = 20
@@ -66,32 +65,6 @@ _ALWAYS_SHOWN = re.compile(r"^(Traceback \(most recent call last\)|watchdog: )|:
 # A library's Python logging in the default format: "INFO:tensorflow:Graph was finalized." (absl repeats it
 # in its own format, with the source file, on the next line).
 _LIBRARY_LOGGING = re.compile(r"^(DEBUG|INFO|WARNING|ERROR|CRITICAL):(tensorflow|absl|keras|tf_keras)\b")
-_LIBRARIES = ("tensorflow", "absl", "tf_keras", "keras")
-
-
-@functools.cache
-def _toolkit_files() -> frozenset[str]:
-    """Basenames of the toolkit's modules and scripts: their log lines are the toolkit's."""
-    package = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    root = os.path.dirname(package)
-    names = set()
-    compat = ("compat", "ps_toolkit_compat")  # in a checkout; installed
-    for folder in (package, os.path.join(root, "scripts"), *(os.path.join(root, name) for name in compat)):
-        for _, _, files in os.walk(folder):
-            names.update(n for n in files if n.endswith(".py"))
-    return frozenset(names)
-
-
-@functools.cache
-def _library_files() -> frozenset[str]:
-    """Basenames of TensorFlow's (and absl's, Keras's) Python files, found without importing them."""
-    names = set()
-    for package in _LIBRARIES:
-        spec = importlib.util.find_spec(package)
-        for root in (spec.submodule_search_locations or []) if spec else []:
-            for _folder, _dirs, files in os.walk(root):
-                names.update(n for n in files if n.endswith(".py"))
-    return frozenset(names - _toolkit_files())
 
 
 def _json_object(line: str) -> bool:
@@ -132,7 +105,7 @@ class ConsoleFilter:
         if match:
             level, source = match.groups()
             if source.endswith(".py"):
-                shown = source in _toolkit_files() or source not in _library_files()
+                shown = source in source_files.toolkit_files() or source not in source_files.library_files()
             else:
                 shown = level == "F"
         elif line.startswith(_ABSL_PREAMBLE) or _LIBRARY_LOGGING.match(line) or PLACEMENT.match(line):

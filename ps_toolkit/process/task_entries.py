@@ -40,6 +40,7 @@ class TaskEntry:
 
 _ENTRIES: list[TaskEntry] = []
 _PRELOAD: list[str] = []
+_SOURCE_PACKAGES: list[str] = []
 _LOCK = threading.Lock()
 
 
@@ -54,6 +55,19 @@ def register_preload(modules: Sequence[str]) -> None:
     """Adds ``modules`` to what every fork server imports before its first fork, in order."""
     with _LOCK:
         _PRELOAD.extend(name for name in modules if name not in _PRELOAD)
+
+
+def register_source_package(name: str) -> None:
+    """Adds a package whose modules' log lines are the toolkit's own (a task entry's, such as compat's)."""
+    with _LOCK:
+        if name not in _SOURCE_PACKAGES:
+            _SOURCE_PACKAGES.append(name)
+
+
+def source_packages() -> tuple[str, ...]:
+    """The packages registered with ``register_source_package``, in order."""
+    with _LOCK:
+        return tuple(_SOURCE_PACKAGES)
 
 
 def preload() -> tuple[str, ...]:

@@ -11,6 +11,8 @@ from ps_toolkit.process import task_entries
 RUN_TASK_SCRIPT = os.path.join(paths.PACKAGE_PARENT, "scripts", "run_task.py")
 RUN_LEGACY_SCRIPT = os.path.join(paths.PACKAGE_PARENT, "scripts", "run_legacy.py")
 RUN_TASK_MODULE = "ps_toolkit.tools.run_task"
+# run_legacy's package: its log lines are the toolkit's, as run_task's are (launch/task_output.py).
+COMPAT_PACKAGE = "ps_toolkit_compat"
 RUN_LEGACY_MODULE = "ps_toolkit_compat.run_legacy"
 # What a fork server imports before its first fork: TensorFlow, the path of run_task.py's tasks
 # and the compat layer of run_legacy.py's, so that a forked task imports nothing more.
@@ -36,3 +38,4 @@ def register() -> None:
     task_entries.register_task_entry(RUN_TASK)
     task_entries.register_task_entry(RUN_LEGACY)
     task_entries.register_preload(FORK_SERVER_PRELOAD)
+    task_entries.register_source_package(COMPAT_PACKAGE)
