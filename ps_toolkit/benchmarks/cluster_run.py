@@ -32,6 +32,7 @@ from ps_toolkit.benchmarks import protocol
 from ps_toolkit.benchmarks.resource_clock import ResourceClock
 from ps_toolkit.process.fork_client import ForkServer, ForkUnavailable, TaskStarter
 from ps_toolkit.process.group import ProcessGroup
+from ps_toolkit.task.netns import PRIVATE_NETWORK_ENV
 
 # The bound on reading what killed tasks wrote last and on their reaping.
 _END_SECS = 10.0
@@ -106,6 +107,10 @@ def run_cluster(
     (``TaskResult.loopback_samples``); meaningful only in a private network namespace.
     """
     env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", PYTHONUNBUFFERED="1", PYTHONPATH=PACKAGE_PARENT)
+    if count_loopback:
+        # This process is in a private namespace: the toolkit's tasks stay in it (they would
+        # otherwise join a namespace of their own, whose loopback this run cannot count).
+        env[PRIVATE_NETWORK_ENV] = "1"
     launched_at = time.time()
     deadline = time.monotonic() + timeout_s
     # A fresh server per run: its import is charged to this run, as a launch pays it.

@@ -71,12 +71,18 @@ def dynamic_rows(ids, params):
     """The rows [batch, FIELDS, dim] from ps_toolkit.dynamic_embedding tables (sharded over every ps,
     rows made when an id is first trained, trained by the toolkit's --optimizer)."""
     shape = shape_of(params)
-    initial = de.InitialRows("normal", scale=INIT_STDDEV, seed=0)
     if params.get("tables", "per_field") == "shared":
+        initial = de.InitialRows("normal", scale=INIT_STDDEV, seed=0)
         table = de.get_table("embeddings", dim=shape.dim, initializer=initial)
         return de.lookup(table, ids + field_offsets(shape.vocab))
-    tables = [de.get_table(f"embeddings_{f}", dim=shape.dim, initializer=initial) for f in range(FIELDS)]
-    return tf.stack([de.lookup(table, field) for table, field in zip(tables, tf.unstack(ids, axis=1))], axis=1)
+    # A seed per field: the same id in two fields gets two initial rows, as with the fixed tables.
+    tables = [
+        de.get_table(f"embeddings_{f}", dim=shape.dim, initializer=de.InitialRows("normal", scale=INIT_STDDEV, seed=f))
+        for f in range(FIELDS)
+    ]
+    return tf.stack(
+        [de.lookup(table, field) for table, field in zip(tables, tf.unstack(ids, axis=1), strict=True)], axis=1
+    )
 
 
 def model_fn(features, labels, mode, params):
