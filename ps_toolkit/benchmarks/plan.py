@@ -22,9 +22,9 @@ MODEL_NAMES = ("softmax", "mlp", "wide", "embedding", CTR)
 TRAIN_STEPS = {"softmax": 3000, "mlp": 1500, "wide": 300, "embedding": 600, CTR: 2000}
 # TF2's coordinator schedules every step from Python: a fifth as many keeps its runs short.
 # Its AUC is then after fewer examples than the others' (the record says how many steps).
-# Half as many for ps_toolkit_dynamic: its hash tables (MutableHashTable) read and write rows several times slower
+# Fewer for ps_toolkit_dynamic: its hash tables (MutableHashTable) read and write rows several times slower
 # (a fifth would leave too few steps for both replicas to be past warm-up together).
-CTR_DYNAMIC_STEPS_FRACTION = 0.5
+CTR_DYNAMIC_STEPS_FRACTION = 0.3
 CTR_TF2_STEPS_FRACTION = 0.2
 CTR_LAWS = ("uniform", "zipf1.05", "zipf1.2")
 # The ctr model's size: 26 x 1M x 8 float32 = 832 MB of tables (416 MB per ps).
