@@ -71,11 +71,7 @@ def ctr_configs(
         )
         for law in CTR_LAWS
     ]
-    shared = (
-        [(s, law) for law in CTR_LAWS for s in (TOOLKIT, RAW, TF2)]
-        if full
-        else []
-    )
+    shared = [(s, law) for law in CTR_LAWS for s in (TOOLKIT, RAW, TF2)] if full else []
     configs += [
         Config(s, CTR, ASYNC, *EMBEDDING_TOPOLOGY, of(s), ctr=CtrVariant(law, "shared", vocab, dim))
         for s, law in shared
