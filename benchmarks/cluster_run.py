@@ -28,7 +28,9 @@ import time
 import psutil
 
 from benchmarks import CHECKOUT, protocol
+from benchmarks.resource_clock import ResourceClock
 from ps_toolkit.base.paths import PACKAGE_PARENT
+from ps_toolkit.network.netns import PRIVATE_NETWORK_ENV
 from ps_toolkit.process.fork_client import ForkServer, ForkUnavailable
 from ps_toolkit.process.group import ProcessGroup
 from ps_toolkit.process.starter import ExecStarter
@@ -56,9 +58,10 @@ class Task:
 class TaskResult:
     task: Task
     lines: list = dataclasses.field(default_factory=list)
-    # CPU seconds of every running task, sampled as each marker line arrived: (marker, {task: cpu_s}).
+    # CPU seconds of every running task at each marker's own time (the time the task stamped on it,
+    # not when the harness read the line): (marker, {task: cpu_s}).
     cpu_samples: list = dataclasses.field(default_factory=list)
-    # Bytes sent on loopback so far, at the same markers (run_cluster's count_loopback).
+    # Bytes sent on loopback by the same times (run_cluster's count_loopback).
     loopback_samples: list = dataclasses.field(default_factory=list)
     stderr_tail: str = ""
     returncode: int | None = None
@@ -106,6 +109,10 @@ def run_cluster(
     """
     python_path = os.pathsep.join(dict.fromkeys((CHECKOUT, PACKAGE_PARENT)))  # the benchmarks, then ps_toolkit
     env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", PYTHONUNBUFFERED="1", PYTHONPATH=python_path)
+    if count_loopback:
+        # This process is in a private namespace: the toolkit's tasks stay in it (they would
+        # otherwise join a namespace of their own, whose loopback this run cannot count).
+        env[PRIVATE_NETWORK_ENV] = "1"
     launched_at = time.time()
     deadline = time.monotonic() + timeout_s
     # A fresh server per run: its import is charged to this run, as a launch pays it.
@@ -120,6 +127,7 @@ def run_cluster(
         _wait_for_exits(run, min(deadline, time.monotonic() + exit_grace_s))
     finally:
         run.end()
+    run.stamp_markers()
     outcome = ClusterOutcome(launched_at, run.results, over_at)
     failed = [r for r in run.results.values() if r.returncode not in (0, None) and not r.killed]
     if over_at is None or failed:
@@ -137,6 +145,7 @@ class _Run:
         self.group = ProcessGroup(ExecStarter(), stop_grace_secs=0.0)
         self._logs: dict = {}
         self._partial: dict[str, bytes] = {}
+        self.clock = ResourceClock(loopback_bytes if count_loopback else None)
 
     def start(self, task: Task) -> None:
         """Forks the task from the run's server, or execs it (also when the server refused: one warning line)."""
@@ -153,6 +162,7 @@ class _Run:
         # Exec'd tasks die with this process, even when it is killed: a stopped benchmark leaves no servers behind.
         proc = proc or self.group.start(task.name, argv, **options)
         self._partial[task.name] = b""
+        self.clock.track(task.name, proc.pid)
         self.group.add_pipe(proc.stdout, lambda data: self._on_stdout(task.name, data))
 
     def wait(self, timeout: float) -> None:
@@ -176,6 +186,7 @@ class _Run:
                 log.seek(0)
                 self.results[name].stderr_tail = log.read()[-3000:]
         finally:
+            self.clock.stop()
             self.group.close()
             for log in self._logs.values():
                 log.close()
@@ -198,9 +209,24 @@ class _Run:
             line = raw.decode("utf-8", "replace").rstrip("\r")
             result.lines.append(line)
             if line.startswith(protocol.MARKER):
+                # The CPU and bytes at the line's read time: replaced by those at its own time in stamp_markers.
                 result.cpu_samples.append((protocol.parse_markers([line])[0], _cpu_seconds(self.group)))
                 if self.count_loopback:
                     result.loopback_samples.append(loopback_bytes())
+
+    def stamp_markers(self) -> None:
+        """Replaces each marker's read-time CPU and bytes by the clock's, interpolated at the marker's own time."""
+        for result in self.results.values():
+            stamped, moved = [], []
+            for index, (marker, read_cpu) in enumerate(result.cpu_samples):
+                at = marker.get("time")
+                stamped.append((marker, read_cpu if at is None else self.clock.cpu_at(at)))
+                if self.count_loopback:
+                    read_bytes = result.loopback_samples[index] if index < len(result.loopback_samples) else None
+                    moved.append(read_bytes if at is None else self.clock.bytes_at(at))
+            result.cpu_samples = stamped
+            if self.count_loopback:
+                result.loopback_samples = moved
 
 
 def _start_when_due(run: _Run, waiting: list, deadline: float) -> None:

@@ -5,7 +5,8 @@ A model_fn and input_fns of the ps_toolkit seam, told the variant by ``--params`
 The raw TF1 and TF2 systems build the same arithmetic from ``logits_of`` and
 ``HIDDEN_UNITS``. Each table is split over the ps by a fixed-size partitioner;
 the lookups go through ``ps_toolkit.embedding_lookups`` (unique ids, one
-transfer per ps), whose levers the toolkit's flags set.
+transfer per ps), whose levers the toolkit's flags set. With ``"dynamic": true`` the tables are
+ps_toolkit.dynamic_embedding tables instead (the ``ps_toolkit_dynamic`` system).
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ import tensorflow as tf
 import ps_toolkit
 from benchmarks import ctr_data
 from benchmarks.ctr_data import FIELDS, CtrShape
+from ps_toolkit import dynamic_embedding as de
 
 HIDDEN_UNITS = (64, 32)
 LEARNING_RATE = 0.05
@@ -65,12 +67,32 @@ def eval_input_fn(params):
     return ctr_data.eval_dataset(params.get("ids", "zipf1.05"), shape_of(params))
 
 
+def dynamic_rows(ids, params):
+    """The rows [batch, FIELDS, dim] from ps_toolkit.dynamic_embedding tables (sharded over every ps,
+    rows made when an id is first trained, trained by the toolkit's --optimizer)."""
+    shape = shape_of(params)
+    if params.get("tables", "per_field") == "shared":
+        initial = de.InitialRows("normal", scale=INIT_STDDEV, seed=0)
+        table = de.get_table("embeddings", dim=shape.dim, initializer=initial)
+        return de.lookup(table, ids + field_offsets(shape.vocab))
+    # A seed per field: the same id in two fields gets two initial rows, as with the fixed tables.
+    tables = [
+        de.get_table(f"embeddings_{f}", dim=shape.dim, initializer=de.InitialRows("normal", scale=INIT_STDDEV, seed=f))
+        for f in range(FIELDS)
+    ]
+    return tf.stack(
+        [de.lookup(table, field) for table, field in zip(tables, tf.unstack(ids, axis=1), strict=True)], axis=1
+    )
+
+
 def model_fn(features, labels, mode, params):
     shape = shape_of(params)
     initializer = tf.compat.v1.truncated_normal_initializer(stddev=INIT_STDDEV)
     partitioner = tf.compat.v1.fixed_size_partitioner(int(params.get("num_shards", 2)))
     ids = features["ids"]
-    if params.get("tables", "per_field") == "shared":
+    if params.get("dynamic"):
+        rows = dynamic_rows(ids, params)
+    elif params.get("tables", "per_field") == "shared":
         table = tf.compat.v1.get_variable(
             "embeddings", [FIELDS * shape.vocab, shape.dim], initializer=initializer, partitioner=partitioner
         )

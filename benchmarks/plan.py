@@ -11,6 +11,7 @@ from benchmarks.systems import (
     TF2,
     TOOLKIT,
     TOOLKIT_1STEP,
+    TOOLKIT_DYNAMIC,
     TOOLKIT_NEAR,
     Config,
     CtrVariant,
@@ -21,6 +22,9 @@ MODEL_NAMES = ("softmax", "mlp", "wide", "embedding", CTR)
 TRAIN_STEPS = {"softmax": 3000, "mlp": 1500, "wide": 300, "embedding": 600, CTR: 2000}
 # TF2's coordinator schedules every step from Python: a fifth as many keeps its runs short.
 # Its AUC is then after fewer examples than the others' (the record says how many steps).
+# Fewer for ps_toolkit_dynamic: its hash tables (MutableHashTable) read and write rows several times slower
+# (a fifth would leave too few steps for both replicas to be past warm-up together).
+CTR_DYNAMIC_STEPS_FRACTION = 0.3
 CTR_TF2_STEPS_FRACTION = 0.2
 CTR_LAWS = ("uniform", "zipf1.05", "zipf1.2")
 # The ctr model's size: 26 x 1M x 8 float32 = 832 MB of tables (416 MB per ps).
@@ -41,23 +45,33 @@ def ctr_configs(
     steps_scale: float = 1.0, vocab: int = CTR_VOCAB, dim: int = CTR_DIM, full: bool = False, levers: bool = False
 ) -> list:
     """The ctr model at 2 ps + 2 workers, async: every system and id law with a table per field, and
-    the shared table (ps_toolkit and raw TF1 at zipf1.05; every system and law with ``full``);
+    ps_toolkit_dynamic with one shared table; with ``full``, every system and law with a shared table too;
     with ``levers``, ps_toolkit with each of ``CTR_LEVERS`` at zipf1.05."""
     steps = _steps(CTR, steps_scale)
 
     def of(system):
-        return max(20, int(steps * CTR_TF2_STEPS_FRACTION)) if system == TF2 else steps
+        fraction = {TF2: CTR_TF2_STEPS_FRACTION, TOOLKIT_DYNAMIC: CTR_DYNAMIC_STEPS_FRACTION}.get(system, 1.0)
+        return max(20, int(steps * fraction))
 
     configs = [
         Config(s, CTR, ASYNC, *EMBEDDING_TOPOLOGY, of(s), ctr=CtrVariant(law, "per_field", vocab, dim))
         for law in CTR_LAWS
         for s in (TOOLKIT, RAW, TF2)
     ]
-    shared = (
-        [(s, law) for law in CTR_LAWS for s in (TOOLKIT, RAW, TF2)]
-        if full
-        else [(TOOLKIT, "zipf1.05"), (RAW, "zipf1.05")]
-    )
+    # Dynamic tables as one table the fields share (ids offset by field): 26 dynamic tables make a
+    # graph of many thousand ops per lookup and backward pass, minutes to build here.
+    configs += [
+        Config(
+            TOOLKIT_DYNAMIC,
+            CTR,
+            ASYNC,
+            *EMBEDDING_TOPOLOGY,
+            of(TOOLKIT_DYNAMIC),
+            ctr=CtrVariant(law, "shared", vocab, dim),
+        )
+        for law in CTR_LAWS
+    ]
+    shared = [(s, law) for law in CTR_LAWS for s in (TOOLKIT, RAW, TF2)] if full else []
     configs += [
         Config(s, CTR, ASYNC, *EMBEDDING_TOPOLOGY, of(s), ctr=CtrVariant(law, "shared", vocab, dim))
         for s, law in shared

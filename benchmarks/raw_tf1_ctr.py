@@ -81,6 +81,9 @@ def main(_):
                 protocol.emit(
                     "evaluated", time=time.time(), global_step=int(step), auc=ctr_data.auc(eval_labels, scores)
                 )
+                # The other worker trained on while this one evaluated: a marker stamped now must carry the
+                # global step of now, not the one read before the evaluation (that made the window's steps too many).
+                step = session.run(global_step)
             clock.observe(step)
     clock.finish()
 

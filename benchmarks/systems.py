@@ -10,7 +10,9 @@ from benchmarks.synthetic import EMBEDDING, MODELS
 
 TOOLKIT, TOOLKIT_1STEP, TOOLKIT_NEAR = "ps_toolkit", "ps_toolkit_1step", "ps_toolkit_near"
 RAW, TF2, SINGLE = "raw_tf1", "tf2_pss", "single_process"
-SYSTEMS = (TOOLKIT, TOOLKIT_NEAR, TOOLKIT_1STEP, RAW, TF2, SINGLE)
+# ps_toolkit with the ctr model's tables as ps_toolkit.dynamic_embedding tables (ctr only).
+TOOLKIT_DYNAMIC = "ps_toolkit_dynamic"
+SYSTEMS = (TOOLKIT, TOOLKIT_NEAR, TOOLKIT_1STEP, RAW, TF2, SINGLE, TOOLKIT_DYNAMIC)
 # The systems run as modules of this package: python -m benchmarks.<system>.
 PACKAGE = "benchmarks"
 ASYNC, SYNC = "async", "sync"
@@ -18,7 +20,12 @@ ASYNC, SYNC = "async", "sync"
 # is the shipped defaults; ps_toolkit_1step turns off the in-graph loop (one step
 # per session.run), to show what that lever buys; ps_toolkit_near runs with
 # --compute_near_weights=all (every layer runs on the ps holding its weights).
-TOOLKIT_FLAGS = {TOOLKIT: (), TOOLKIT_1STEP: ("--steps_per_run=1",), TOOLKIT_NEAR: ("--compute_near_weights=all",)}
+TOOLKIT_FLAGS = {
+    TOOLKIT: (),
+    TOOLKIT_1STEP: ("--steps_per_run=1",),
+    TOOLKIT_NEAR: ("--compute_near_weights=all",),
+    TOOLKIT_DYNAMIC: (),
+}
 CTR = "ctr"
 CTR_LEARNING_RATE = 0.05  # benchmarks.ctr_model.LEARNING_RATE, without importing TensorFlow
 _RAW_SCRIPTS = {EMBEDDING.name: PACKAGE + ".raw_tf1_embedding", CTR: PACKAGE + ".raw_tf1_ctr"}
@@ -43,8 +50,10 @@ class CtrVariant:
             f"--ctr_dim={self.dim}",
         ]
 
-    def params(self) -> str:
-        return json.dumps({"ids": self.ids, "tables": self.tables, "vocab": self.vocab, "dim": self.dim})
+    def params(self, dynamic: bool = False) -> str:
+        """The model_fn's ``--params``; ``dynamic``: the tables as ps_toolkit.dynamic_embedding tables."""
+        params = {"ids": self.ids, "tables": self.tables, "vocab": self.vocab, "dim": self.dim}
+        return json.dumps({**params, "dynamic": True} if dynamic else params)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -158,7 +167,8 @@ def _toolkit_model_flags(config: Config, data_dir: str) -> list[str]:
     if config.ctr is not None:
         # The raw script's checkpoint policy (MonitoredTrainingSession's: every 600 s and at the
         # end) instead of every 100 steps: each save writes the whole 832 MB of tables.
-        result += [f"--params={config.ctr.params()}", "--save_checkpoint_secs=600"]
+        params = config.ctr.params(dynamic=config.system == TOOLKIT_DYNAMIC)
+        result += [f"--params={params}", "--save_checkpoint_secs=600"]
     return result
 
 

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from benchmarks import ctr_bytes, ctr_data, driver, measure, plan, protocol, systems
+from benchmarks import ctr_bytes, ctr_data, ctr_model, driver, measure, plan, protocol, systems
 from benchmarks.cluster_run import ClusterOutcome, Task, TaskResult
 from ps_toolkit.training import sparse_lookup
 
@@ -109,7 +109,19 @@ def test_quick_plan_has_every_system_and_id_law_for_ctr():
     pairs = {(c.system, c.ctr.ids) for c in configs if c.ctr.tables == "per_field"}
     assert pairs == {(s, law) for s in (systems.TOOLKIT, systems.RAW, systems.TF2) for law in ctr_data.ID_LAWS}
     assert {c.ctr.tables for c in configs} == {"per_field", "shared"}
+    dynamic = [c for c in configs if c.system == systems.TOOLKIT_DYNAMIC]
+    assert {(c.ctr.ids, c.ctr.tables) for c in dynamic} == {(law, "shared") for law in ctr_data.ID_LAWS}
     assert all((c.num_ps, c.num_workers, c.mode) == (2, 2, systems.ASYNC) for c in configs)
+
+
+def test_the_dynamic_system_tells_the_model_fn_to_use_dynamic_tables():
+    config = next(c for c in plan.ctr_configs(vocab=1000) if c.system == systems.TOOLKIT_DYNAMIC)
+    argv = systems.tasks(config, [1, 2, 3, 4], "/tmp/ckpt", "/tmp/data")[2].argv
+    params = json.loads(next(a for a in argv if a.startswith("--params="))[len("--params=") :])
+    assert params["dynamic"] is True and params["vocab"] == 1000
+    plain = next(c for c in plan.ctr_configs(vocab=1000) if c.system == systems.TOOLKIT)
+    argv = systems.tasks(plain, [1, 2, 3, 4], "/tmp/ckpt", "/tmp/data")[2].argv
+    assert "dynamic" not in next(a for a in argv if a.startswith("--params="))
 
 
 def _ctr_outcome():
@@ -151,3 +163,17 @@ def test_ctr_records_carry_the_issues_names_and_bytes_from_the_loopback_window()
     assert 0 < record["unique_row_bytes_per_step"] < record["needed_bytes_per_step"]
     assert record["shutdown_s"] == pytest.approx(0.5)
     assert record["repetitions"] == 3
+
+
+@pytest.mark.parametrize("tables", ["per_field", "shared"])
+def test_dynamic_rows_read_one_row_per_field_and_the_same_row_for_the_same_id(tables):
+    with tf.Graph().as_default():
+        ids = tf.constant(np.array([[3] * ctr_data.FIELDS, [3] * ctr_data.FIELDS], dtype=np.int64))
+        rows = ctr_model.dynamic_rows(ids, {"tables": tables, "vocab": 100, "dim": 4})
+        with tf.compat.v1.Session() as session:
+            session.run([tf.compat.v1.global_variables_initializer(), tf.compat.v1.tables_initializer()])
+            values = session.run(rows)
+    assert values.shape == (2, ctr_data.FIELDS, 4)
+    np.testing.assert_array_equal(values[0], values[1])
+    # Field f's id 3 is another id of a shared table (offset by field): another initial row.
+    assert not np.allclose(values[0, 0], values[0, 1])
