@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import types
 
-from ps_toolkit.placement import strategies
+from ps_toolkit.placement import ps_strategies
 from ps_toolkit_compat import contrib_layers, contrib_names, mnist_input_data
 from ps_toolkit_compat.removed import RemovedSymbolError
 
@@ -33,9 +33,9 @@ training = _Namespace(
     "tensorflow.contrib.training",
     "contrib.training",
     {
-        "GreedyLoadBalancingStrategy": strategies.GreedyLoadBalancingStrategy,
-        "byte_size_load_fn": strategies.byte_size_load_fn,
-        "RandomStrategy": strategies.RandomStrategy,
+        "GreedyLoadBalancingStrategy": ps_strategies.GreedyLoadBalancingStrategy,
+        "byte_size_load_fn": ps_strategies.byte_size_load_fn,
+        "RandomStrategy": ps_strategies.RandomStrategy,
     },
 )
 lookup = _Namespace("tensorflow.contrib.lookup", "contrib.lookup", contrib_names.LOOKUP)

@@ -26,7 +26,7 @@ REPLACEMENTS = {
     "contrib.predictor": "tf.saved_model.load",
     "contrib.training.HParams": "a dataclass or absl flags",
     "contrib.training": (
-        "ps_toolkit.placement.strategies (GreedyLoadBalancingStrategy, byte_size_load_fn, RandomStrategy)"
+        "ps_toolkit.placement.ps_strategies (GreedyLoadBalancingStrategy, byte_size_load_fn, RandomStrategy)"
     ),
     "examples": "tensorflow.examples.tutorials.mnist.input_data (provided) or tf.keras.datasets",
     "keras.estimator": "tf.estimator.Estimator with a model_fn, or tf.keras Model.fit",

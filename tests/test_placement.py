@@ -10,12 +10,10 @@ import tensorflow as tf
 from ps_toolkit.base.errors import ConfigError
 from ps_toolkit.cluster.config import ClusterConfig
 from ps_toolkit.placement import registry
+from ps_toolkit.placement.ps_strategies import GreedyLoadBalancingStrategy, RandomStrategy, byte_size_load_fn
 from ps_toolkit.placement.registry import BUILT_IN_STRATEGIES
 from ps_toolkit.placement.strategies import (
-    GreedyLoadBalancingStrategy,
     PlacementReport,
-    RandomStrategy,
-    byte_size_load_fn,
     device_setter,
     log_placement_report,
     placement_report,
