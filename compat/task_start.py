@@ -19,7 +19,7 @@ import threading
 import tensorflow as tf
 
 from ps_toolkit.base.errors import ConfigError
-from ps_toolkit.cluster.config import split_address
+from ps_toolkit.cluster.addresses import split_address
 from ps_toolkit.task import startup
 
 _SOURCE = "the script's tf.train.Server"

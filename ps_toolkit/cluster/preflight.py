@@ -7,7 +7,8 @@ import os
 import socket
 
 from ps_toolkit.base.errors import ConfigError, PortInUseError
-from ps_toolkit.cluster.config import ClusterConfig, split_address
+from ps_toolkit.cluster.addresses import split_address
+from ps_toolkit.cluster.config import ClusterConfig
 
 
 def check_port_free(cluster: ClusterConfig) -> None:

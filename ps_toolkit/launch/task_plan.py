@@ -24,7 +24,8 @@ from collections.abc import Mapping, Sequence
 
 from ps_toolkit.base.errors import ConfigError
 from ps_toolkit.base.progress_lines import CLUSTER_ARGS_ENV
-from ps_toolkit.cluster.config import CHIEF, EVALUATOR, PS, WORKER, ClusterConfig, parse_host_list
+from ps_toolkit.cluster.addresses import parse_host_list
+from ps_toolkit.cluster.config import CHIEF, EVALUATOR, PS, WORKER, ClusterConfig
 from ps_toolkit.process import task_entries
 
 LOCALHOST = "localhost"

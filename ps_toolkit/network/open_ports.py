@@ -12,7 +12,8 @@ import logging
 import os
 
 from ps_toolkit.base.errors import ConfigError
-from ps_toolkit.cluster.config import EVALUATOR, ClusterConfig, is_loopback_host, split_address
+from ps_toolkit.cluster.addresses import is_loopback_host, split_address
+from ps_toolkit.cluster.config import EVALUATOR, ClusterConfig
 from ps_toolkit.network.netns import PRIVATE_NETWORK_ENV
 from ps_toolkit.network.port_guard import ALLOW_OPEN_PORTS_ENV, GuardUnavailable, PortGuard
 

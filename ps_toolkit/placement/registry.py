@@ -24,7 +24,6 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from ps_toolkit.base.registry import Registry
-from ps_toolkit.placement import ps_strategies
 
 PlacementStrategy = Callable[[int, int], Callable | None]
 DEFAULT_STRATEGY = "round_robin"
@@ -37,11 +36,15 @@ def _round_robin(num_ps: int, seed: int) -> None:
 
 def _greedy(num_ps: int, seed: int) -> Callable:
     """Each variable on the ps task with the fewest bytes so far."""
+    from ps_toolkit.placement import ps_strategies  # TensorFlow's import only when a strategy is made
+
     return ps_strategies.GreedyLoadBalancingStrategy(num_ps, ps_strategies.byte_size_load_fn)
 
 
 def _random(num_ps: int, seed: int) -> Callable:
     """Each variable on a ps task chosen by a hash of its op name and ``seed``."""
+    from ps_toolkit.placement import ps_strategies
+
     return ps_strategies.RandomStrategy(num_ps, seed)
 
 

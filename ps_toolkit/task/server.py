@@ -9,7 +9,8 @@ import os
 import tensorflow as tf
 
 from ps_toolkit.base.errors import PortInUseError
-from ps_toolkit.cluster.config import PS, ClusterConfig, is_loopback_host, split_address
+from ps_toolkit.cluster.addresses import is_loopback_host, split_address
+from ps_toolkit.cluster.config import PS, ClusterConfig
 from ps_toolkit.cluster.preflight import check_host_resolves, check_port_free
 from ps_toolkit.network import open_ports
 from ps_toolkit.network.netns import PRIVATE_NETWORK_ENV

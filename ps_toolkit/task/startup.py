@@ -14,7 +14,8 @@ import sys
 from ps_toolkit.base import tf_internals
 from ps_toolkit.base.errors import ConfigError
 from ps_toolkit.cluster import preflight
-from ps_toolkit.cluster.config import EVALUATOR, ClusterConfig, is_loopback_host, split_address
+from ps_toolkit.cluster.addresses import is_loopback_host, split_address
+from ps_toolkit.cluster.config import EVALUATOR, ClusterConfig
 from ps_toolkit.network import cluster_netns, open_ports
 
 log = logging.getLogger(__name__)
