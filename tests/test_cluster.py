@@ -5,7 +5,7 @@ import json
 import pytest
 
 from ps_toolkit.base.errors import EXIT_CONFIG, ConfigError
-from ps_toolkit.cluster import config as cluster_lib
+from ps_toolkit.cluster import addresses
 from ps_toolkit.cluster.config import ClusterConfig, resolve
 
 PS, WORKERS = "localhost:2222", "localhost:2223,localhost:2224"
@@ -86,7 +86,7 @@ def test_cluster_file(tmp_path):
 
 
 def test_ipv6_address():
-    assert cluster_lib.split_address("[::1]:2222", "test") == ("::1", 2222)
+    assert addresses.split_address("[::1]:2222", "test") == ("::1", 2222)
 
 
 BAD_INPUTS = {

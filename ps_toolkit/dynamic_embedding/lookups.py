@@ -17,9 +17,8 @@ import tensorflow as tf
 from ps_toolkit.base.errors import ConfigError
 from ps_toolkit.dynamic_embedding import keys
 from ps_toolkit.dynamic_embedding.hash_tables import on_device
-from ps_toolkit.dynamic_embedding.table import DynamicTable, TableShard
+from ps_toolkit.dynamic_embedding.table import LOOKUPS, DynamicTable, TableShard
 
-LOOKUPS = "ps_toolkit_dynamic_lookups"
 COMBINERS = ("sum", "mean", "sqrtn")
 
 

@@ -25,6 +25,8 @@ TABLES = "ps_toolkit_dynamic_tables"
 # chief's .meta files) would list the tables' names as graph elements, and loading it would fail on them.
 _TABLES_BY_GRAPH = weakref.WeakKeyDictionary()
 _DEVICES = "ps_toolkit_dynamic_table_devices"
+# The graph collection of the lookups' records (lookups.py adds them; training reads them).
+LOOKUPS = "ps_toolkit_dynamic_lookups"
 VALUE_DTYPES = (tf.float32, tf.float64, tf.float16, tf.bfloat16)
 NEVER_SEEN = (0, -1)  # the meta of an id the shard does not know: seen 0 times, last at step -1
 STAT_ADMITTED, STAT_EVICTED = 0, 1
@@ -258,12 +260,10 @@ def clear_graph_collections(graph=None) -> bool:
     Returns:
         True if the graph had any table.
     """
-    from ps_toolkit.dynamic_embedding import lookups
-
     graph = graph or tf.compat.v1.get_default_graph()
     had_tables = bool(tables_of_graph(graph))
     if had_tables:
         _TABLES_BY_GRAPH.pop(graph, None)
-        for key in (_DEVICES, lookups.LOOKUPS, tf.compat.v1.GraphKeys.SAVEABLE_OBJECTS):
+        for key in (_DEVICES, LOOKUPS, tf.compat.v1.GraphKeys.SAVEABLE_OBJECTS):
             graph.clear_collection(key)
     return had_tables

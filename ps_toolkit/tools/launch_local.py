@@ -242,8 +242,8 @@ def _isolate(topology) -> dict[str, str]:
     if _ISOLATION.value == "none":
         return {}
     # The namespace has nothing but loopback: an address of a real interface would not exist in it.
-    addresses = [a for hosts in (topology.hosts or {}).values() for a in hosts]
-    outside = [a for a in addresses if not cluster_lib.is_loopback_host(a.rsplit(":", 1)[0].strip("[]"))]
+    task_addresses = [a for hosts in (topology.hosts or {}).values() for a in hosts]
+    outside = [a for a in task_addresses if not addresses.is_loopback_host(a.rsplit(":", 1)[0].strip("[]"))]
     try:
         if outside:
             raise netns.NamespaceUnavailable(f"{outside[0]} from --*_hosts is not a loopback address")
