@@ -30,8 +30,8 @@ from absl import app, flags
 from ps_toolkit import cli
 from ps_toolkit.backends import local, registry
 from ps_toolkit.base.errors import EXIT_CONFIG, ConfigError
+from ps_toolkit.cluster import addresses, preflight
 from ps_toolkit.cluster import config as cluster_lib
-from ps_toolkit.cluster import preflight
 from ps_toolkit.launch import charts, task_plan
 from ps_toolkit.launch.drills import parse_kill
 from ps_toolkit.launch.policy import RESTART_POLICIES, SUCCESS_POLICIES, Policy
