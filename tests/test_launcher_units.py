@@ -129,6 +129,9 @@ def test_step_rate_over_its_window():
 def test_status_line_and_summary_table():
     text = status_text(elapsed=3.0, global_step=120, rate=40.0, states={"ps:0": "running"}, cpu=150.0, rss=2**30)
     assert "step 120" in text and "40.0 steps/s" in text and "ps:0=running" in text and "1024 MiB" in text
+    assert "accuracy" not in text
+    evaluated = status_text(elapsed=3.0, global_step=120, rate=40.0, states={}, cpu=1.0, rss=1, accuracy=0.98512)
+    assert "40.0 steps/s accuracy 0.9851 |" in evaluated
     table = summary_table([SummaryRow("worker:0", "localhost:1", "0 (finished)", 1, 2.5, 60)])
     header, rule, row = table.splitlines()
     assert header.split()[:2] == ["task", "address"] and set(rule) <= {"-", " "}

@@ -87,12 +87,21 @@ class StepRate:
 
 
 def status_text(
-    *, elapsed: float, global_step: int | None, rate: float, states: dict[str, str], cpu: float, rss: int
+    *,
+    elapsed: float,
+    global_step: int | None,
+    rate: float,
+    states: dict[str, str],
+    cpu: float,
+    rss: int,
+    accuracy: float | None = None,
 ) -> str:
-    """One line: time, global step, steps/s, each task's state, CPU and memory."""
+    """One line: time, global step, steps/s, the latest accuracy a task reported, each task's state, CPU, memory."""
     step = "-" if global_step is None else str(global_step)
     tasks = " ".join(f"{name}={state}" for name, state in states.items())
-    return f"{elapsed:6.1f}s step {step} {rate:7.1f} steps/s | {tasks} | cpu {cpu:4.0f}% mem {rss / 2**20:6.0f} MiB"
+    metric = "" if accuracy is None else f" accuracy {accuracy:.4g}"
+    usage = f"cpu {cpu:4.0f}% mem {rss / 2**20:6.0f} MiB"
+    return f"{elapsed:6.1f}s step {step} {rate:7.1f} steps/s{metric} | {tasks} | {usage}"
 
 
 @dataclasses.dataclass(frozen=True)

@@ -353,8 +353,15 @@ class ClusterSupervisor:
             states={name: t.state for name, t in self._tasks.items()},
             cpu=cpu,
             rss=rss,
+            accuracy=self._latest_accuracy(),
         )
         self._console.status(text, now)
+
+    def _latest_accuracy(self) -> float | None:
+        """The evaluator's latest accuracy (an estimator's evaluations, say), else any task's; None before one."""
+        printed = {name: t.output.printed_accuracy for name, t in self._tasks.items()}
+        evaluated = [value for name, value in printed.items() if value is not None and name.startswith("evaluator")]
+        return next(iter(evaluated), None) if evaluated else next((v for v in printed.values() if v is not None), None)
 
     def _row(self, task: TaskRecord) -> SummaryRow:
         code = self._group.returncode(task.plan.name)
