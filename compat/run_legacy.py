@@ -94,10 +94,12 @@ def _run_module(module: str, args: list[str]) -> None:
         if not (err.name and module.startswith(err.name)):
             raise  # the package's own import of something else: its error, as python -m shows it
         found = None  # a parent package that is not there
-    except ValueError:  # an empty or relative name
+    except (ValueError, ImportError, TypeError):  # an empty name, or a relative one with no package to be in
         found = None
     if found is None:
         _fail(f"no module named {module!r} (from {os.getcwd()} and the Python path)")
+    if found.submodule_search_locations is not None and importlib.util.find_spec(f"{module}.__main__") is None:
+        _fail(f"{module!r} is a package with no __main__ module, so it cannot be run (python -m says the same)")
     sys.argv = [module, *args]  # run_module puts the module's file in argv[0]
     runpy.run_module(module, run_name="__main__", alter_sys=True)
 

@@ -106,7 +106,7 @@ def test_the_built_in_sources_read_slurm_and_tf_config(task_flags):
 def test_a_source_that_returns_no_cluster_is_named(registered):
     sources.register_source("broken", lambda environ, options: {"ps": ["a:1"]})
     try:
-        with pytest.raises(TypeError, match="cluster source 'broken' returned dict, not a ClusterConfig"):
+        with pytest.raises(ConfigError, match="--cluster_from=broken: the source returned dict, not a ClusterConfig"):
             sources.cluster_from_source("broken", {})
     finally:
         sources.SOURCES.unregister("broken")

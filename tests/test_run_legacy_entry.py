@@ -39,6 +39,24 @@ def test_a_module_that_is_not_there_is_one_line_and_status_2(tmp_path):
 
 
 @pytest.mark.parametrize(
+    "module, expected",
+    [
+        (".relative", "no module named '.relative'"),
+        ("just_a_package", "'just_a_package' is a package with no __main__ module, so it cannot be run"),
+    ],
+)
+def test_a_module_python_m_could_not_run_either_is_one_line_and_status_2(tmp_path, module, expected):
+    (tmp_path / "just_a_package").mkdir()
+    (tmp_path / "just_a_package" / "__init__.py").write_text("")
+    proc = run_legacy(["-m", module], cwd=str(tmp_path))
+    assert proc.returncode == 2, explain(proc)
+    assert "Traceback" not in proc.stderr, explain(proc)
+    assert proc.stderr.strip().splitlines()[-1] == f"run_legacy.py: error: {expected}" + (
+        f" (from {tmp_path} and the Python path)" if module.startswith(".") else " (python -m says the same)"
+    ), explain(proc)
+
+
+@pytest.mark.parametrize(
     ("extra", "code", "expected"),
     [
         ([], 0, "worker:0 local_steps=3"),

@@ -67,6 +67,11 @@ def register_backend(name: str, backend: Backend, *, replace: bool = False) -> N
         _REGISTERED[name] = backend
 
 
+def is_built_in(name: str) -> bool:
+    """Whether ``name`` is one of the toolkit's own backends."""
+    return name in _BUILT_IN
+
+
 def names() -> list[str]:
     """Every backend name a launcher accepts, sorted."""
     with _LOCK:

@@ -220,6 +220,9 @@ class ClusterConfig:
                 raise ConfigError(f"{where} must be a non-empty list of host:port, got {_clip(hosts)}")
             if any(not isinstance(h, str) for h in hosts):
                 raise ConfigError(f"{where} has a non-string entry: {_clip(hosts)}")
+            joined = next((i for i, h in enumerate(hosts) if "," in h), None)
+            if joined is not None:  # one entry is one task's address, as in TensorFlow's ClusterSpec
+                raise ConfigError(f"{where}[{joined}] is {hosts[joined]!r}: one host:port per entry, not a list")
             jobs[name] = parse_host_list(",".join(hosts), where)
         environment = payload.get("environment")
         return cls(

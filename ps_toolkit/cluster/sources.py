@@ -20,6 +20,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 
+from ps_toolkit.base import user_calls
 from ps_toolkit.base.errors import ConfigError
 from ps_toolkit.base.registry import Registry
 from ps_toolkit.cluster import slurm
@@ -72,10 +73,14 @@ def cluster_from_source(
     """The cluster the source registered as ``name`` finds in ``environ``.
 
     Raises:
-        ConfigError: ``name`` is not registered, or the source found no usable cluster.
-        TypeError: the source returned something other than a ClusterConfig.
+        ConfigError: ``name`` is not registered, the source found no usable cluster, raised, or returned
+            something other than a ClusterConfig.
     """
-    cluster = SOURCES.get(name)(environ, dict(options or {}))
+    source = SOURCES.get(name)
+    if name in SOURCES.built_in:
+        cluster = source(environ, dict(options or {}))
+    else:
+        cluster = user_calls.call(source, f"--cluster_from={name}", environ, dict(options or {}))
     if not isinstance(cluster, ClusterConfig):
-        raise TypeError(f"cluster source {name!r} returned {type(cluster).__name__}, not a ClusterConfig")
+        raise ConfigError(f"--cluster_from={name}: the source returned {type(cluster).__name__}, not a ClusterConfig")
     return cluster

@@ -7,6 +7,8 @@ import dataclasses
 
 import tensorflow as tf
 
+from ps_toolkit.base import user_calls
+from ps_toolkit.base.errors import ConfigError
 from ps_toolkit.cluster.config import ClusterConfig
 from ps_toolkit.placement import registry
 from ps_toolkit.placement.ps_strategies import byte_size_load_fn
@@ -33,16 +35,26 @@ def device_setter(cluster: ClusterConfig, strategy: str | registry.PlacementStra
         A device function. With no ps tasks, it puts every op on this task.
 
     Raises:
-        ConfigError: ``strategy`` is a name no strategy is registered under.
+        ConfigError: ``strategy`` is a name no strategy is registered under, or the strategy raised or
+            returned something that is not a ps_strategy.
     """
     make = registry.STRATEGIES.get(strategy, "the placement strategy") if isinstance(strategy, str) else strategy
     if cluster.num_ps == 0:
         # replica_device_setter returns None here, and tf.device(None) would
         # clear outer device scopes instead of pinning ops to this task.
         return _worker_device_function(cluster.device)
+    given = f"--placement={strategy if isinstance(strategy, str) else _reference(strategy)}"
+    ps_strategy = user_calls.call(make, given, cluster.num_ps, seed)
+    if ps_strategy is not None and not callable(ps_strategy):
+        raise ConfigError(f"{given}: returned {type(ps_strategy).__name__}, not a ps_strategy (op -> ps index) or None")
     return tf.compat.v1.train.replica_device_setter(
-        cluster=cluster.cluster_spec(), worker_device=cluster.device, ps_strategy=make(cluster.num_ps, seed)
+        cluster=cluster.cluster_spec(), worker_device=cluster.device, ps_strategy=ps_strategy
     )
+
+
+def _reference(function) -> str:
+    """``module:name`` of a function, as --placement names one."""
+    return f"{getattr(function, '__module__', '?')}:{getattr(function, '__name__', function)}"
 
 
 def _worker_device_function(worker_device: str):

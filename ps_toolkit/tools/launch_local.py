@@ -29,6 +29,7 @@ from absl import app, flags
 
 from ps_toolkit import cli
 from ps_toolkit.backends import local, registry
+from ps_toolkit.base import user_calls
 from ps_toolkit.base.errors import EXIT_CONFIG, ConfigError
 from ps_toolkit.cluster import addresses, preflight
 from ps_toolkit.cluster import config as cluster_lib
@@ -279,11 +280,23 @@ def launch(command: list[str]) -> int:
         )
     if options.chart:  # after _isolate: a user namespace can only be entered while this process has one thread
         charts.warm_up()
+    given = f"--backend={_BACKEND.value}"
     try:
-        result = backend(options, None)
+        if registry.is_built_in(_BACKEND.value):
+            result = backend(options, None)
+        else:  # a user's backend: what it raises is reported as theirs, in one line
+            result = user_calls.call(backend, given, options, None)
+        return _exit_code(result, given)
     except ConfigError as err:
         _fail(str(err))
-    return result if isinstance(result, int) else result.exit_code
+
+
+def _exit_code(result, given: str) -> int:
+    """A backend's result (a RunResult, or an exit status 0-255) as this command's exit status."""
+    code = getattr(result, "exit_code", result)
+    if isinstance(code, bool) or not isinstance(code, int) or not 0 <= code <= 255:
+        raise ConfigError(f"{given}: returned {result!r}, not a RunResult or an exit status 0-255")
+    return code
 
 
 def _backend_name(text: str) -> str:

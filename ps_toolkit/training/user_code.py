@@ -15,6 +15,7 @@ import os
 import sys
 from collections.abc import Callable
 
+from ps_toolkit.base import user_calls
 from ps_toolkit.base.errors import ConfigError
 
 
@@ -83,7 +84,9 @@ def load(text: str, flag: str) -> Callable:
             raise ConfigError(
                 f"--{flag}={text}: no module named {module_name!r} in the current directory or PYTHONPATH"
             ) from None
-        raise
+        raise user_calls.failure(f"--{flag}={text}", f"importing {module_name!r} raised", err) from None
+    except Exception as err:  # noqa: BLE001 - the user's module failed as it was imported: theirs, in one line
+        raise user_calls.failure(f"--{flag}={text}", f"importing {module_name!r} raised", err) from None
     target = getattr(module, function, None)
     if target is None:
         raise ConfigError(f"--{flag}={text}: module {module_name!r} ({module.__file__}) defines no {function!r}")
