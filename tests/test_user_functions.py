@@ -108,3 +108,15 @@ def test_a_tf_config_entry_holding_two_addresses_is_refused_naming_it():
     tf_config = '{"cluster": {"worker": ["a:1,b:2"]}, "task": {"type": "worker", "index": 0}}'
     with pytest.raises(ConfigError, match=r"cluster.worker\[0\] is 'a:1,b:2': one host:port per entry"):
         ClusterConfig.from_tf_config(tf_config)
+
+
+def test_ctrl_c_while_a_users_function_runs_is_one_line_and_status_130(capsys):
+    from ps_toolkit.base import user_calls
+
+    def interrupted_by_the_user():
+        raise KeyboardInterrupt
+
+    with pytest.raises(SystemExit) as ended:
+        user_calls.call(interrupted_by_the_user, "--backend=m:f")
+    assert ended.value.code == 130
+    assert capsys.readouterr().err.strip().endswith(": interrupted (Ctrl-C) while --backend=m:f ran")

@@ -6,6 +6,8 @@ naming the flag, the exception and the line of the user's file it came from, nev
 
 from __future__ import annotations
 
+import os
+import sys
 import traceback
 from collections.abc import Callable
 from typing import Any
@@ -35,5 +37,13 @@ def call(function: Callable, given: str, *args: Any) -> Any:
         return function(*args)
     except ConfigError:
         raise
+    except KeyboardInterrupt:
+        interrupted(given)
     except Exception as err:  # noqa: BLE001 - the user's code: any failure is reported as theirs, in one line
         raise failure(given, "raised", err) from None
+
+
+def interrupted(given: str) -> None:
+    """Ctrl-C while the user's code ran: one line, exit 130 (128 + SIGINT), as for a task."""
+    print(f"{os.path.basename(sys.argv[0])}: interrupted (Ctrl-C) while {given} ran", file=sys.stderr)
+    raise SystemExit(130)

@@ -87,6 +87,8 @@ def load(text: str, flag: str) -> Callable:
         raise user_calls.failure(f"--{flag}={text}", f"importing {module_name!r} raised", err) from None
     except Exception as err:  # noqa: BLE001 - the user's module failed as it was imported: theirs, in one line
         raise user_calls.failure(f"--{flag}={text}", f"importing {module_name!r} raised", err) from None
+    except KeyboardInterrupt:
+        user_calls.interrupted(f"--{flag}={text}")
     target = getattr(module, function, None)
     if target is None:
         raise ConfigError(f"--{flag}={text}: module {module_name!r} ({module.__file__}) defines no {function!r}")
