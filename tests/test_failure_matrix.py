@@ -113,9 +113,13 @@ def test_kill_ps_and_restart_sync(tmp_path):
 
 def test_kill_non_chief_worker_training_continues_and_ps_restart_recovers(tmp_path):
     # The ps counts its orphan time only once no replica it waits for is reachable: after the chief's end.
-    with cluster(tmp_path, 2, steps=1500, orphan_secs=6) as local:
+    # Enough steps that the chief is still training when the faults come, however long its own start took
+    # (worker 1 may train alone at hundreds of steps/s meanwhile).
+    steps = 6000
+    with cluster(tmp_path, 2, steps=steps, orphan_secs=6) as local:
         chief = local.log_path("worker", 0)
-        logwatch.wait_for_step(chief, 200, timeout=120)
+        before = logwatch.wait_for_step(chief, 200, timeout=120)
+        assert before["global_step"] < steps - 1000, f"training nearly over before the faults: {before}"
         local.kill("worker", 1)
         # While worker 1 is down, a ps restart still recovers: device_filters keep
         # the chief's session from waiting on the dead worker.

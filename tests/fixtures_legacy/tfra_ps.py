@@ -130,10 +130,12 @@ def run_worker(server, cluster, num_ps):
                 result["first_loss"] = float(value)
             recent.append(float(value))
             if is_chief and own_steps % FLAGS.restrict_every == 0:
-                before = session.run(sizes)
+                before, step_before = session.run([sizes, global_step])
                 session.run(restrict_ops)
-                after = session.run(sizes)
-                result["restricts"].append({"step": int(step), "before": before, "after": after})
+                after, step_after = session.run([sizes, global_step])
+                # The other worker's steps between the two reads: each may add a batch of new ids.
+                others = int(step_after) - int(step_before)
+                result["restricts"].append({"step": int(step), "before": before, "after": after, "others": others})
     result["own_steps"] = own_steps
     result["recent_loss"] = sum(recent) / len(recent)
     if is_chief:
