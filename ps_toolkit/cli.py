@@ -63,6 +63,12 @@ def define_training_flags() -> None:
     flags.DEFINE_enum("optimizer", "sgd", list(OPTIMIZER_NAMES), "Optimizer the toolkit builds for the model's loss.")
     flags.DEFINE_float("learning_rate", None, "Default: the built-in model's, else the optimizer's.")
     flags.DEFINE_integer("eval_steps", None, "Batches per evaluation; default: the whole eval dataset.")
+    flags.DEFINE_enum(
+        "final_evaluation",
+        "every_replica",
+        ["every_replica", "chief"],
+        "Which replicas evaluate the final model: each (its result has 'eval'), or the chief alone.",
+    )
     flags.DEFINE_string("export_dir", None, "The chief writes a SavedModel of the PREDICT graph here at the end.")
     flags.DEFINE_boolean("sync_replicas", False, "Aggregate gradients with SyncReplicasOptimizer.")
     flags.DEFINE_integer("replicas_to_aggregate", None, "Gradients per sync step; default: all replicas.")
@@ -203,6 +209,7 @@ def train_config_from_flags() -> TrainConfig:
         optimizer=FLAGS.optimizer,
         learning_rate=FLAGS.learning_rate,
         eval_steps=FLAGS.eval_steps,
+        final_evaluation=FLAGS.final_evaluation,
         export_dir=FLAGS.export_dir,
         sync_replicas=FLAGS.sync_replicas,
         replicas_to_aggregate=FLAGS.replicas_to_aggregate,

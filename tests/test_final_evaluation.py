@@ -7,6 +7,7 @@ import pytest
 import tensorflow as tf
 
 from ps_toolkit.base.errors import ConfigError
+from ps_toolkit.cluster.config import ClusterConfig
 from ps_toolkit.launch.local_cluster import InProcessCluster
 from ps_toolkit.models import classifiers
 from ps_toolkit.task.roles import trainer
@@ -109,8 +110,29 @@ def test_each_replica_counts_its_own_evaluation_when_train_mode_made_the_same_me
     config = TrainConfig(
         checkpoint_dir=str(tmp_path), batch_size=32, train_steps=30, steps_per_run=1, sync_replicas=True
     )
+    results = _train_two_replicas(definition, config)
+    for index in range(2):
+        assert results[index]["eval"]["seen"] == examples, results
+
+
+def test_only_the_chief_evaluates_the_final_model_when_told(tmp_path):
+    config = TrainConfig(checkpoint_dir=str(tmp_path), batch_size=32, train_steps=40, final_evaluation="chief")
+    results = _train_two_replicas(SOFTMAX, config)
+    assert results[0]["eval"]["accuracy"] > 0.5 and results[0]["test_accuracy"] > 0.5, results
+    assert results[1]["eval"] is None and results[1]["test_accuracy"] is None, results
+    assert results[1]["global_step"] >= 40, results
+
+
+def test_an_unknown_final_evaluation_is_refused_naming_it():
+    cluster = ClusterConfig.from_host_flags(ps_hosts=None, worker_hosts="localhost:2", job_name="worker", task_index=0)
+    with pytest.raises(ConfigError, match=r"--final_evaluation='workers'; valid: every_replica, chief"):
+        TrainConfig(final_evaluation="workers").validate(cluster)
+
+
+def _train_two_replicas(definition, config, num_ps=2) -> dict:
+    """Both workers' results, each replica trained on a thread of its own."""
     results = {}
-    with InProcessCluster(num_ps=2, num_workers=2) as cluster:
+    with InProcessCluster(num_ps=num_ps, num_workers=2) as cluster:
 
         def train(index):
             try:
@@ -126,9 +148,8 @@ def test_each_replica_counts_its_own_evaluation_when_train_mode_made_the_same_me
         for replica in replicas:
             replica.join(240)
         assert not any(replica.is_alive() for replica in replicas), results
-    for index in range(2):
-        assert isinstance(results[index], dict), results
-        assert results[index]["eval"]["seen"] == examples, results
+    assert all(isinstance(results[index], dict) for index in range(2)), results
+    return results
 
 
 def test_a_local_variable_a_training_hook_makes_in_begin_is_initialized(tmp_path):

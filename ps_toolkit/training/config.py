@@ -14,6 +14,7 @@ from ps_toolkit.training import optimizers, user_code
 
 # sparse_lookup.WIRE_DTYPES, without importing TensorFlow here.
 WIRE_DTYPES = ("float32", "bfloat16")
+FINAL_EVALUATIONS = ("every_replica", "chief")  # TrainConfig.final_evaluation
 
 
 @dataclasses.dataclass(frozen=True)
@@ -34,6 +35,10 @@ class TrainConfig:
     learning_rate: float | None = None  # None: the model's default for the optimizer, else the optimizer's
     export_dir: str | None = None  # where the chief writes a SavedModel of the PREDICT graph at the end
     eval_steps: int | None = None  # batches per evaluation; None: the whole eval dataset
+    # Which replicas evaluate the final model (FINAL_EVALUATIONS): every one, as the textbooks' workers
+    # each print their test accuracy, or the chief alone, as tf.estimator's workers leave it to others:
+    # the model is the same, and a large model's evaluation on every replica is the job's longest end.
+    final_evaluation: str = "every_replica"
     sync_replicas: bool = False
     replicas_to_aggregate: int | None = None  # None: every replica
     checkpoint_dir: str | None = None
@@ -126,6 +131,9 @@ class TrainConfig:
                 raise ConfigError(f"--{name}={getattr(self, name)} must be positive")
         if self.learning_rate is not None and not self.learning_rate > 0:
             raise ConfigError(f"--learning_rate={self.learning_rate} must be positive")
+        if self.final_evaluation not in FINAL_EVALUATIONS:
+            valid = ", ".join(FINAL_EVALUATIONS)
+            raise ConfigError(f"unknown --final_evaluation={self.final_evaluation!r}; valid: {valid}")
         if self.eval_steps is not None and self.eval_steps <= 0:
             raise ConfigError(f"--eval_steps={self.eval_steps} must be positive")
         if self.save_checkpoint_steps is not None and self.save_checkpoint_steps <= 0:

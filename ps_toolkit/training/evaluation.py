@@ -133,12 +133,15 @@ class FinalEvaluationHook(tf.compat.v1.train.SessionRunHook):
             self._built = self._build()
 
     def end(self, session):
+        started = time.monotonic()
         graph, eval_graph, own_variables_init = self._built or self._build()
         with tf.compat.v1.Session(self._target, graph=graph, config=self._session_config) as eval_session:
             eval_session.run(own_variables_init)
+            opened = time.monotonic()
             if self.on_start is not None:
                 self.on_start()
             self.metrics = eval_graph.run(eval_session, self._max_batches, self._bound_secs, self.on_batch)
+        log.info("final evaluation: session %.2f s, batches %.2f s", opened - started, time.monotonic() - opened)
 
     def _build(self) -> tuple:
         graph = tf.Graph()

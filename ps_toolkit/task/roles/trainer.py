@@ -190,8 +190,8 @@ def _final_evaluation(
     session_config,
 ) -> FinalEvaluationHook | None:
     """The hook that evaluates the model at the end (``config.eval_steps`` batches at most), when it has an
-    eval_input_fn; else None."""
-    if definition.eval_input_fn is None:
+    eval_input_fn and this replica evaluates (``config.final_evaluation``); else None."""
+    if definition.eval_input_fn is None or (config.final_evaluation == "chief" and not cluster.is_chief):
         return None
     return FinalEvaluationHook(
         definition,
