@@ -166,9 +166,10 @@ def _toolkit_model_flags(config: Config, data_dir: str) -> list[str]:
     result = [f"--{name}={module}:{name}" for name in functions] + ["--optimizer=sgd"]
     if config.ctr is not None:
         # The raw script's checkpoint policy (MonitoredTrainingSession's: every 600 s and at the
-        # end) instead of every 100 steps: each save writes the whole 832 MB of tables.
+        # end) instead of every 100 steps: each save writes the whole 832 MB of tables. And its
+        # evaluation policy: its chief alone evaluates the final model.
         params = config.ctr.params(dynamic=config.system == TOOLKIT_DYNAMIC)
-        result += [f"--params={params}", "--save_checkpoint_secs=600"]
+        result += [f"--params={params}", "--save_checkpoint_secs=600", "--final_evaluation=chief"]
     return result
 
 

@@ -12,6 +12,7 @@ import time
 import tensorflow as tf
 
 from ps_toolkit import dynamic_embedding
+from ps_toolkit.base import session_close
 from ps_toolkit.base.errors import ConfigError
 from ps_toolkit.placement.strategies import VARIABLE_OPS
 from ps_toolkit.training.model_api import ModeKeys, ModelDefinition, function_name
@@ -135,12 +136,16 @@ class FinalEvaluationHook(tf.compat.v1.train.SessionRunHook):
     def end(self, session):
         started = time.monotonic()
         graph, eval_graph, own_variables_init = self._built or self._build()
-        with tf.compat.v1.Session(self._target, graph=graph, config=self._session_config) as eval_session:
+        eval_session = tf.compat.v1.Session(self._target, graph=graph, config=self._session_config)
+        try:
             eval_session.run(own_variables_init)
             opened = time.monotonic()
             if self.on_start is not None:
                 self.on_start()
             self.metrics = eval_graph.run(eval_session, self._max_batches, self._bound_secs, self.on_batch)
+        finally:
+            # The task ends soon after: a close held by a slow peer must not hold the job's end.
+            session_close.close_within(eval_session.close, what="the final evaluation's session")
         log.info("final evaluation: session %.2f s, batches %.2f s", opened - started, time.monotonic() - opened)
 
     def _build(self) -> tuple:

@@ -20,6 +20,7 @@ import time
 
 import tensorflow as tf
 
+from ps_toolkit.base import session_close
 from ps_toolkit.base.errors import PS_ORPHAN_TIMEOUT_SECS, ConfigError, OrphanedError
 from ps_toolkit.cluster.config import ELASTIC_WORKERS_FROM_ENV, PS, WORKER, ClusterConfig
 from ps_toolkit.cluster.preflight import connect, reachable
@@ -56,11 +57,13 @@ def signal_done(cluster: ClusterConfig, target: str) -> None:
         enqueues = [_done_queue(i).enqueue(token) for i in range(cluster.num_ps)]
     options = tf.compat.v1.RunOptions(timeout_in_ms=_SIGNAL_DONE_TIMEOUT_MS)
     config = session_config(cluster)
+    session = tf.compat.v1.Session(target, graph=graph, config=config)
     try:
-        with tf.compat.v1.Session(target, graph=graph, config=config) as sess:
-            sess.run(enqueues, options=options)
+        session.run(enqueues, options=options)
     except tf.errors.OpError as err:
         log.warning("%s could not tell the ps it is done: %s", cluster.device, err.message.splitlines()[0])
+    finally:
+        session_close.close_within(session.close, what=f"{cluster.device}'s done signal")
 
 
 def serve_until_done(

@@ -16,6 +16,7 @@ from collections.abc import Callable
 import tensorflow as tf
 
 from ps_toolkit import dynamic_embedding
+from ps_toolkit.base import session_close
 from ps_toolkit.base.errors import ConfigError
 from ps_toolkit.cluster.config import ClusterConfig
 from ps_toolkit.network import step_guard
@@ -37,10 +38,23 @@ PROGRESS_LINES_PER_RUN = 50
 
 def _session_creator(cluster, config, graph, target, session_config):
     if cluster.is_chief:
-        return LiveStateChiefSessionCreator(
+        creator = LiveStateChiefSessionCreator(
             graph.scaffold, target, session_config, config.checkpoint_dir, config.readiness_poll_secs
         )
-    return FastWorkerSessionCreator(graph.scaffold, target, session_config, config.readiness_poll_secs)
+    else:
+        creator = FastWorkerSessionCreator(graph.scaffold, target, session_config, config.readiness_poll_secs)
+    return _BoundedCloseCreator(creator, what=f"{cluster.device}'s training session")
+
+
+class _BoundedCloseCreator(tf.compat.v1.train.SessionCreator):
+    """``creator``'s sessions, each closing within ``session_close.CLOSE_BOUND_SECS``: this task ends
+    (os._exit) soon after, and a close that waits on a slow peer would hold the job's end."""
+
+    def __init__(self, creator: tf.compat.v1.train.SessionCreator, what: str):
+        self._creator, self._what = creator, what
+
+    def create_session(self):
+        return session_close.bound_close(self._creator.create_session(), what=self._what)
 
 
 def _chief_saving_hooks(config: TrainConfig, graph: TrainGraph, listeners=()) -> list:
