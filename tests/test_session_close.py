@@ -23,7 +23,7 @@ class _HeldClose:
 def test_a_held_close_is_left_running_past_the_bound():
     held = _HeldClose()
     try:
-        assert session_close.close_within(held.close, bound_secs=0.05, what="held") is False
+        assert session_close.call_within(held.close, bound_secs=0.05, what="held") is False
         assert not held.returned.is_set()
     finally:
         held.release.set()
@@ -31,13 +31,13 @@ def test_a_held_close_is_left_running_past_the_bound():
 
 
 def test_a_close_that_returns_in_time_is_waited_for_and_its_error_raised():
-    assert session_close.close_within(lambda: None, bound_secs=10) is True
+    assert session_close.call_within(lambda: None, bound_secs=10) is True
 
     def failing():
         raise RuntimeError("close failed")
 
     with pytest.raises(RuntimeError, match="close failed"):
-        session_close.close_within(failing, bound_secs=10)
+        session_close.call_within(failing, bound_secs=10)
 
 
 def test_a_bounded_session_still_closes_for_real():

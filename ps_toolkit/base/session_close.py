@@ -22,23 +22,24 @@ log = logging.getLogger(__name__)
 CLOSE_BOUND_SECS = 1.0
 
 
-def close_within(close: Callable[[], None], bound_secs: float = CLOSE_BOUND_SECS, what: str = "session") -> bool:
-    """Runs ``close()``, waiting at most ``bound_secs``; past the bound it goes on in the background.
+def call_within(call: Callable[[], None], bound_secs: float = CLOSE_BOUND_SECS, what: str = "session") -> bool:
+    """Runs ``call()`` (a session's ``close``, say), waiting at most ``bound_secs``; past the bound it
+    goes on in the background (a daemon thread: the task's exit does not wait for it).
 
     Args:
-        close: A session's ``close`` method.
+        call: What to run.
         bound_secs: The longest wait.
-        what: The session's name in the line logged when the bound passes.
+        what: Its name in the line logged when the bound passes.
 
     Returns:
-        True if ``close()`` returned within the bound. Its exception, if it
+        True if ``call()`` returned within the bound. Its exception, if it
         raised in time, is raised here.
     """
     raised: list[BaseException] = []
 
     def run():
         try:
-            close()
+            call()
         except BaseException as err:  # handed to the caller's thread below
             raised.append(err)
 
@@ -46,7 +47,7 @@ def close_within(close: Callable[[], None], bound_secs: float = CLOSE_BOUND_SECS
     closer.start()
     closer.join(bound_secs)
     if closer.is_alive():
-        log.warning("%s: close did not finish within %.1f s (a peer is slow to answer); not waiting", what, bound_secs)
+        log.warning("%s: not done within %.1f s (a peer is slow to answer); not waiting", what, bound_secs)
         return False
     if raised:
         raise raised[0]
@@ -54,11 +55,11 @@ def close_within(close: Callable[[], None], bound_secs: float = CLOSE_BOUND_SECS
 
 
 def bound_close(session, bound_secs: float = CLOSE_BOUND_SECS, what: str = "session"):
-    """Makes ``session.close()`` return within ``bound_secs`` (``close_within``); returns ``session``.
+    """Makes ``session.close()`` return within ``bound_secs`` (``call_within``); returns ``session``.
 
     For a session closed by code that is not ours: MonitoredSession closes the
     session its creator returned.
     """
     close = session.close
-    session.close = lambda: close_within(close, bound_secs, what)
+    session.close = lambda: call_within(close, bound_secs, f"closing {what}")
     return session

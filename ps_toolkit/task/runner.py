@@ -86,10 +86,12 @@ def _train(cluster: ClusterConfig, config: TrainConfig, definition: ModelDefinit
             write_run_record(config.checkpoint_dir, cluster, config, definition)
         return servers[0].target
 
-    result = trainer.train(cluster, start_server, config, definition, session_config)
+    done = ps_role.DoneSignalHook(cluster)
+    result = trainer.train(cluster, start_server, config, definition, session_config, final_hooks=[done])
     # Close the chief's summary writers now: nothing must depend on interpreter exit.
     tf_summary_writers_flush()
-    ps_role.signal_done(cluster, servers[0].target)
+    if not done.sent:
+        ps_role.signal_done(cluster, servers[0].target)
     if cluster.is_chief and config.export_dir:
         from ps_toolkit.training import export, input_pipeline
 

@@ -145,7 +145,7 @@ class FinalEvaluationHook(tf.compat.v1.train.SessionRunHook):
             self.metrics = eval_graph.run(eval_session, self._max_batches, self._bound_secs, self.on_batch)
         finally:
             # The task ends soon after: a close held by a slow peer must not hold the job's end.
-            session_close.close_within(eval_session.close, what="the final evaluation's session")
+            session_close.call_within(eval_session.close, what="closing the final evaluation's session")
         log.info("final evaluation: session %.2f s, batches %.2f s", opened - started, time.monotonic() - opened)
 
     def _build(self) -> tuple:

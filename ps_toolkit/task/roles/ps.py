@@ -47,23 +47,59 @@ def _done_queue(ps_index: int):
         )
 
 
+class DoneSignalHook(tf.compat.v1.train.SessionRunHook):
+    """Puts this replica's done token in every ps's queue through the training session, as its last
+    hook's ``end``: before that session closes, while its master is known to answer.
+
+    A new session made for the token after the training session's close can
+    wait on the same slow peer that held the close. ``sent`` says whether the
+    token went; if not (no ps, an error, a session that ended on an error),
+    ``signal_done`` is the fallback.
+    """
+
+    def __init__(self, cluster: ClusterConfig):
+        self._cluster = cluster
+        self._enqueues = None
+        self.sent = False
+
+    def begin(self):
+        if self._cluster.num_ps:
+            token = tf.constant(self._cluster.replica_index, tf.int32)
+            self._enqueues = [_done_queue(i).enqueue(token) for i in range(self._cluster.num_ps)]
+
+    def end(self, session):
+        if self._enqueues is None:
+            return
+        options = tf.compat.v1.RunOptions(timeout_in_ms=_SIGNAL_DONE_TIMEOUT_MS)
+        try:
+            session.run(self._enqueues, options=options)
+            self.sent = True
+        except tf.errors.OpError as err:
+            log.info("%s: the training session could not send the done token: %s", self._cluster.device, err.message)
+
+
 def signal_done(cluster: ClusterConfig, target: str) -> None:
-    """Tells every ps that this replica has finished. Bounded; never raises."""
+    """Tells every ps that this replica has finished, through a session of its own. Bounded; never raises."""
     if not cluster.num_ps:
         return
+    bound = _SIGNAL_DONE_TIMEOUT_MS / 1000 + session_close.CLOSE_BOUND_SECS
+    # Making the session waits on every ps, outside the run's timeout: the whole signal is bounded.
+    session_close.call_within(lambda: _send_done(cluster, target), bound, f"{cluster.device}'s done signal")
+
+
+def _send_done(cluster: ClusterConfig, target: str) -> None:
     graph = tf.Graph()
     with graph.as_default():
         token = tf.constant(cluster.replica_index, tf.int32)
         enqueues = [_done_queue(i).enqueue(token) for i in range(cluster.num_ps)]
     options = tf.compat.v1.RunOptions(timeout_in_ms=_SIGNAL_DONE_TIMEOUT_MS)
-    config = session_config(cluster)
-    session = tf.compat.v1.Session(target, graph=graph, config=config)
+    session = tf.compat.v1.Session(target, graph=graph, config=session_config(cluster))
     try:
         session.run(enqueues, options=options)
     except tf.errors.OpError as err:
         log.warning("%s could not tell the ps it is done: %s", cluster.device, err.message.splitlines()[0])
     finally:
-        session_close.close_within(session.close, what=f"{cluster.device}'s done signal")
+        session_close.call_within(session.close, what=f"closing {cluster.device}'s done-signal session")
 
 
 def serve_until_done(

@@ -127,6 +127,7 @@ def train(
     definition: ModelDefinition,
     session_config=None,
     on_progress=None,
+    final_hooks=(),
 ) -> dict:
     """Trains this replica until the global step reaches ``config.train_steps``.
 
@@ -136,6 +137,8 @@ def train(
     reported before anyone can wait for this task, without building the graph
     twice. The final evaluation's graph is built after the first run
     (``FinalEvaluationHook``): an EVAL mode that breaks it ends the task then.
+    ``final_hooks`` come after every other hook: their ``end`` runs once the
+    final checkpoint and evaluation are done, before the session closes.
 
     Returns the task's result record: job, task, global_step, local_steps,
     first_loss, final_loss, eval (every metric of the final evaluation, when
@@ -156,7 +159,7 @@ def train(
         if maintenance is not None:
             progress.add_fields(maintenance.progress_fields)
         evaluation = _final_evaluation(cluster, config, definition, graph, target, session_config)
-        hooks = _hooks(cluster, config, graph, progress, evaluation)
+        hooks = [*_hooks(cluster, config, graph, progress, evaluation), *final_hooks]
         _run_session(cluster, target, config, graph, hooks, progress, session_config, evaluation)
         if progress.local_steps:
             progress.emit()
