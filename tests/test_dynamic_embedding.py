@@ -270,3 +270,26 @@ def test_the_chiefs_checkpoint_check_names_a_dim_mismatch_in_one_line(tmp_path):
         with pytest.raises(ConfigError) as error:
             checkpoints.check_model_matches_checkpoint(str(tmp_path), tf.compat.v1.global_variables(), [table])
     assert "dynamic table t has rows of dim 5; the checkpoint's rows have [2]" in str(error.value)
+
+
+def test_maintenance_evicts_and_measures_in_one_run_and_the_end_does_not_repeat_the_last_steps():
+    graph, session, train, table = _trainer({"evict_after_steps": 1}, shards=2)
+    with graph.as_default():
+        hook = de.TableMaintenanceHook([table], every_steps=2)
+        hook.begin()
+    hook.after_create_session(session, None)  # step 0: the tables as the session found them
+    train([1, 2])
+    train([3])
+    context = tf.compat.v1.train.SessionRunContext(None, session)
+    hook.after_run(context, tf.compat.v1.train.SessionRunValues(2, None, None))  # step 2: due
+    runs = session.run
+    counted = []
+    session.run = lambda fetches, *a, **k: (counted.append(fetches), runs(fetches, *a, **k))[1]
+    hook.end(session)  # still at step 2: its maintenance already ran
+    assert hook.runs == 2 and len(counted) == 1, counted  # the end read the global step only
+    record = hook.result()["t"]
+    assert [h["global_step"] for h in record["history"]] == [0, 2]
+    assert (record["rows_before_eviction"], record["rows"], record["evicted"]) == (3, 1, 2)
+    train([4])
+    hook.end(session)  # step 3: one more run
+    assert hook.runs == 3 and hook.result()["t"]["global_step"] == 3
