@@ -8,14 +8,22 @@ subclass of its own class whose ``compute_gradients`` adds the tables' pairs
 formulas and slots (``TableOptimizer``). A table is trained when its variable
 is trainable and either ``var_list`` is None or names one of its
 TrainableWrappers, as TFRA's trainable wrappers were.
+
+``tf.compat.v1.train.SyncReplicasOptimizer`` around it (TFRA's PS demos) trains
+the tables too: ``serve_sync_replicas`` makes TF's own class merge each table's
+rows into one sparse gradient per shard before its accumulators
+(``supervision.table_rows_for_sync``), as run_legacy's ``tf.train`` one does.
 """
 
 from __future__ import annotations
+
+import functools
 
 import tensorflow as tf
 
 from ps_toolkit import dynamic_embedding as tables
 from ps_toolkit.base.errors import ConfigError
+from ps_toolkit_compat import supervision
 from ps_toolkit_compat.tfra import lookups, variable
 from ps_toolkit_compat.tfra.refused import NotServedUseError
 
@@ -82,3 +90,22 @@ def DynamicEmbeddingOptimizer(self, bp_v2=False, synchronous=False, **kwargs):  
             _SWAPPED[cls] = type(cls.__name__, (_TrainsTables, cls), {"__module__": cls.__module__})
         self.__class__ = _SWAPPED[cls]
     return self
+
+
+def serve_sync_replicas() -> None:
+    """Makes ``tf.compat.v1.train.SyncReplicasOptimizer`` aggregate the tables' rows by id; idempotent.
+
+    Only the pairs of a ``DynamicEmbeddingOptimizer`` change: any other
+    optimizer's pairs reach TF's ``apply_gradients`` as they are.
+    """
+    real = tf.compat.v1.train.SyncReplicasOptimizer
+    original = real.apply_gradients
+    if getattr(original, "_ps_toolkit_tables", False):
+        return
+
+    @functools.wraps(original)
+    def apply_gradients(self, grads_and_vars, global_step=None, name=None):
+        return original(self, supervision.table_rows_for_sync(grads_and_vars), global_step=global_step, name=name)
+
+    apply_gradients._ps_toolkit_tables = True
+    real.apply_gradients = apply_gradients
