@@ -96,7 +96,9 @@ def serve_sync_replicas() -> None:
     """Makes ``tf.compat.v1.train.SyncReplicasOptimizer`` aggregate the tables' rows by id; idempotent.
 
     Only the pairs of a ``DynamicEmbeddingOptimizer`` change: any other
-    optimizer's pairs reach TF's ``apply_gradients`` as they are.
+    optimizer's pairs reach TF's ``apply_gradients`` as they are. As run_legacy's
+    ``tf.train.SyncReplicasOptimizer``, the graph can then release replicas still
+    waiting for a token when a session ends.
     """
     real = tf.compat.v1.train.SyncReplicasOptimizer
     original = real.apply_gradients
@@ -105,7 +107,11 @@ def serve_sync_replicas() -> None:
 
     @functools.wraps(original)
     def apply_gradients(self, grads_and_vars, global_step=None, name=None):
-        return original(self, supervision.table_rows_for_sync(grads_and_vars), global_step=global_step, name=name)
+        pairs = supervision.table_rows_for_sync(grads_and_vars)
+        train_op = original(self, pairs, global_step=global_step, name=name)
+        if global_step is not None:  # as run_legacy's tf.train class: replicas blocked on a token are let go
+            supervision.add_release_op(self, global_step)
+        return train_op
 
     apply_gradients._ps_toolkit_tables = True
     real.apply_gradients = apply_gradients
