@@ -9,21 +9,18 @@ formulas and slots (``TableOptimizer``). A table is trained when its variable
 is trainable and either ``var_list`` is None or names one of its
 TrainableWrappers, as TFRA's trainable wrappers were.
 
-``tf.compat.v1.train.SyncReplicasOptimizer`` around it (TFRA's PS demos) trains
-the tables too: ``serve_sync_replicas`` makes TF's own class merge each table's
-rows into one sparse gradient per shard before its accumulators
-(``supervision.table_rows_for_sync``), as run_legacy's ``tf.train`` one does.
+``SyncReplicasOptimizer`` around it (TFRA's PS demos) trains the tables too:
+run_legacy's class (``tf.train`` and ``tf.compat.v1.train``) merges each
+table's rows into one sparse gradient per shard before its accumulators
+(``supervision.table_rows_for_sync``).
 """
 
 from __future__ import annotations
-
-import functools
 
 import tensorflow as tf
 
 from ps_toolkit import dynamic_embedding as tables
 from ps_toolkit.base.errors import ConfigError
-from ps_toolkit_compat import supervision
 from ps_toolkit_compat.tfra import lookups, variable
 from ps_toolkit_compat.tfra.refused import NotServedUseError
 
@@ -90,28 +87,3 @@ def DynamicEmbeddingOptimizer(self, bp_v2=False, synchronous=False, **kwargs):  
             _SWAPPED[cls] = type(cls.__name__, (_TrainsTables, cls), {"__module__": cls.__module__})
         self.__class__ = _SWAPPED[cls]
     return self
-
-
-def serve_sync_replicas() -> None:
-    """Makes ``tf.compat.v1.train.SyncReplicasOptimizer`` aggregate the tables' rows by id; idempotent.
-
-    Only the pairs of a ``DynamicEmbeddingOptimizer`` change: any other
-    optimizer's pairs reach TF's ``apply_gradients`` as they are. As run_legacy's
-    ``tf.train.SyncReplicasOptimizer``, the graph can then release replicas still
-    waiting for a token when a session ends.
-    """
-    real = tf.compat.v1.train.SyncReplicasOptimizer
-    original = real.apply_gradients
-    if getattr(original, "_ps_toolkit_tables", False):
-        return
-
-    @functools.wraps(original)
-    def apply_gradients(self, grads_and_vars, global_step=None, name=None):
-        pairs = supervision.table_rows_for_sync(grads_and_vars)
-        train_op = original(self, pairs, global_step=global_step, name=name)
-        if global_step is not None:  # as run_legacy's tf.train class: replicas blocked on a token are let go
-            supervision.add_release_op(self, global_step)
-        return train_op
-
-    apply_gradients._ps_toolkit_tables = True
-    real.apply_gradients = apply_gradients

@@ -13,8 +13,6 @@ class GraphKeys:
 
 
 def members() -> dict:
-    """The module's names; serving them makes TF's SyncReplicasOptimizer train the tables too."""
-    optimizer.serve_sync_replicas()
     return {
         "__doc__": "TFRA's graph-mode dynamic_embedding API over ps_toolkit's dynamic tables.",
         "Variable": variable.Variable,
