@@ -45,8 +45,7 @@ class SyncReplicasOptimizer(_v1.train.SyncReplicasOptimizer):
     """``tf.train.SyncReplicasOptimizer`` whose graph can release blocked replicas at the end."""
 
     def apply_gradients(self, grads_and_vars, global_step=None, name=None):
-        grads_and_vars = list(grads_and_vars)
-        refuse_table_rows(grads_and_vars)
+        grads_and_vars = table_rows_for_sync(grads_and_vars)
         train_op = super().apply_gradients(grads_and_vars, global_step=global_step, name=name)
         if global_step is not None:  # TF itself raises without one
             # Built now: Supervisor and MonitoredSession finalize the graph before training.
@@ -54,16 +53,29 @@ class SyncReplicasOptimizer(_v1.train.SyncReplicasOptimizer):
         return train_op
 
 
-def refuse_table_rows(grads_and_vars) -> None:
-    """TF's accumulators take variables, not the rows of TFRA's tables (DynamicEmbeddingOptimizer): one line."""
-    tables = sys.modules.get("ps_toolkit.dynamic_embedding")  # not imported: no table in any graph
-    if tables is not None and any(tables.is_table_rows(variable) for _, variable in grads_and_vars):
-        from ps_toolkit_compat.tfra.refused import NotServedUseError
+def table_rows_for_sync(grads_and_vars) -> list:
+    """The pairs as TF's accumulators take them: a dynamic table's rows become one sparse gradient per shard.
 
-        raise NotServedUseError(
-            "tf.train.SyncReplicasOptimizer around a DynamicEmbeddingOptimizer is not served (TFRA's sync training "
-            "was Horovod); train the tables asynchronously, or with ps_toolkit's own --sync_replicas"
-        )
+    A ``DynamicEmbeddingOptimizer`` gives one (gradient, rows) pair per lookup;
+    aggregated as they are, they would reach no accumulator. Merged by id and
+    split by shard (``ps_toolkit.dynamic_embedding.sync_gradients``), each
+    shard's rows are aggregated once per step by id, as the toolkit's own sync
+    path does. Other pairs pass unchanged; pairs already merged pass unchanged.
+
+    Raises:
+        NotServedUseError: a table whose ids are not int64 (the sparse accumulators are keyed by int64).
+    """
+    grads_and_vars = list(grads_and_vars)
+    tables = sys.modules.get("ps_toolkit.dynamic_embedding")  # not imported: no table in any graph
+    if tables is None or not any(isinstance(variable, tables.TableRows) for _, variable in grads_and_vars):
+        return grads_and_vars
+    from ps_toolkit.base.errors import ConfigError
+    from ps_toolkit_compat.tfra.refused import NotServedUseError
+
+    try:
+        return tables.sync_gradients(grads_and_vars)
+    except ConfigError as err:
+        raise NotServedUseError(f"SyncReplicasOptimizer around a DynamicEmbeddingOptimizer: {err}") from None
 
 
 def add_release_op(optimizer, global_step=None) -> None:

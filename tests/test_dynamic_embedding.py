@@ -54,7 +54,9 @@ def test_shards_split_the_ids_and_each_reads_only_its_unique_ids_on_its_device()
     with tf.Graph().as_default():
         table = de.get_table("t", 2, devices=["/job:ps/task:0", "/job:ps/task:1"])
         de.lookup(table, tf.constant([1, 1, 2], tf.int64))
-        finds = [op for op in tf.compat.v1.get_default_graph().get_operations() if op.type == "LookupTableFindV2"]
+        ops = tf.compat.v1.get_default_graph().get_operations()
+        # The checkpoint's own finds (reading each save bucket by key) are not the lookup's.
+        finds = [op for op in ops if op.type == "LookupTableFindV2" and "save_t_" not in op.name]
         assert {op.device for op in finds} == {"/job:ps/task:0", "/job:ps/task:1"}
         # Each shard's lookup takes a part of the unique ids, never the batch.
         for op in finds:
@@ -270,3 +272,42 @@ def test_the_chiefs_checkpoint_check_names_a_dim_mismatch_in_one_line(tmp_path):
         with pytest.raises(ConfigError) as error:
             checkpoints.check_model_matches_checkpoint(str(tmp_path), tf.compat.v1.global_variables(), [table])
     assert "dynamic table t has rows of dim 5; the checkpoint's rows have [2]" in str(error.value)
+
+
+def test_maintenance_evicts_and_measures_in_one_run_and_the_end_does_not_repeat_the_last_steps():
+    graph, session, train, table = _trainer({"evict_after_steps": 1}, shards=2)
+    with graph.as_default():
+        hook = de.TableMaintenanceHook([table], every_steps=2)
+        hook.begin()
+    hook.after_create_session(session, None)  # step 0: the tables as the session found them
+    train([1, 2])
+    train([3])
+    context = tf.compat.v1.train.SessionRunContext(None, session)
+    hook.after_run(context, tf.compat.v1.train.SessionRunValues(2, None, None))  # step 2: due
+    runs = session.run
+    counted = []
+    session.run = lambda fetches, *a, **k: (counted.append(fetches), runs(fetches, *a, **k))[1]
+    hook.end(session)  # still at step 2: its maintenance already ran
+    assert hook.runs == 2 and len(counted) == 1, counted  # the end read the global step only
+    record = hook.result()["t"]
+    assert [h["global_step"] for h in record["history"]] == [0, 2]
+    assert (record["rows_before_eviction"], record["rows"], record["evicted"]) == (3, 1, 2)
+    train([4])
+    hook.end(session)  # step 3: one more run
+    assert hook.runs == 3 and hook.result()["t"]["global_step"] == 3
+
+
+def test_a_save_exports_one_component_of_a_shard_at_a_time_and_keeps_only_its_keys():
+    graph, _, _, _ = _trainer({}, shards=2)  # Adagrad: rows, meta and an accumulator slot per shard
+    exports = [op for op in graph.get_operations() if op.type == "LookupTableExportV2" and "save_t_" in op.name]
+    assert len(exports) == 6, [op.name for op in exports]
+    for export in exports:
+        # The export's values are read by nothing that runs (its shape check has no consumer): freed at once.
+        assert all(not user.outputs[0].consumers() for user in export.outputs[1].consumers()), export.name
+    for shard in ("shard_0", "shard_1"):
+        chain = [op for op in exports if shard in op.name]
+        assert not chain[0].control_inputs
+        # Each later component's export waits for the previous one's buckets, read by key.
+        for export in chain[1:]:
+            waits_for = {op.inputs[0].op.type for op in export.control_inputs}  # each a find's shape check
+            assert export.control_inputs and waits_for == {"LookupTableFindV2"}, export.control_inputs

@@ -24,6 +24,7 @@ FIXTURES = os.path.join(os.path.dirname(os.path.abspath(__file__)), "fixtures_le
 PROBE = os.path.join(FIXTURES, "tfra_probe.py")
 PS_SCRIPT = os.path.join(FIXTURES, "tfra_ps.py")
 ESTIMATOR_SCRIPT = os.path.join(FIXTURES, "tfra_estimator.py")
+SYNC_SCRIPT = os.path.join(FIXTURES, "tfra_sync.py")
 QUIET = {"TF_CPP_MIN_LOG_LEVEL": "2"}
 
 
@@ -121,13 +122,17 @@ def test_inference_mode_reads_without_inserting(probe):
     assert out["rows"] == [[-1.0, -1.0], [0.0, 0.0]] and out["size"] == 2, out
 
 
-def test_int32_keys_a_frozen_table_and_sync_replicas(probe):
+def test_int32_keys_a_frozen_table_and_sync_replicas_refusing_string_ids(probe):
     out = probe["keys_and_trainable"]
     # One SGD step (rate 1) on sum(rows) from rows of ones: zeros; int32 keys come back as int32.
     assert out["int_keys"] == [1, 2] and out["int_keys_dtype"] == "int32" and out["int_rows"] == [[0.0, 0.0]] * 2
     assert out["frozen_size"] == 0  # trainable=False: never trained, never grown
-    mro, message = out["sync_replicas"]
+    assert out["sync_replicas"]["int_keys"] is None, out  # built (trained on a cluster: the slow test below)
+    mro, message = out["sync_replicas"]["string_keys"]
     assert "NotImplementedError" in mro and "SyncReplicasOptimizer around a DynamicEmbeddingOptimizer" in message
+    assert "int64 ids only" in message and "\n" not in message, message
+    mro, message = out["sync_replicas"]["inside"]
+    assert "NotImplementedError" in mro and "SyncReplicasOptimizer" in message and "\n" not in message, message
 
 
 @pytest.mark.parametrize(
@@ -198,6 +203,23 @@ def test_tfra_ps_script_runs_unchanged_on_launch_local(tmp_path):
     results = _worker_results(run.logs)
     assert set(results) == {"ps-0", "ps-1", "worker-0", "worker-1"}, run.describe()
     _assert_ps_script_trained(results, num_reserved=200, batch_size=64)
+
+
+@pytest.mark.slow
+def test_sync_replicas_around_dynamic_embedding_optimizer_aggregates_each_ids_rows_once_per_step(tmp_path):
+    steps, rate = 40, 0.01
+    args = [f"--checkpoint_dir={tmp_path}/ckpt", f"--train_steps={steps}", f"--learning_rate={rate}"]
+    run = launch(tmp_path / "run", ["--num_ps=2", "--num_workers=2"], legacy(SYNC_SCRIPT, *args), timeout_secs=240)
+    assert run.returncode == 0, run.describe()
+    chief = _worker_results(run.logs)["worker-0"]
+    # Every replica's gradient is 1 per lookup (id 2 is looked up twice): the mean over replicas, applied
+    # once per sync step, moves each row by -rate * lookups * steps; per replica or summed, it moves further.
+    # The chief's aggregation may apply a step more while its session closes: rows and step are read together.
+    applied = chief["global_step"]
+    assert steps <= applied <= steps + 2 and chief["size"] == 3, chief
+    expected = [[-rate * applied] * 2, [-2 * rate * applied] * 2, [-rate * applied] * 2]
+    np.testing.assert_allclose(chief["rows"], expected, rtol=1e-5)
+    assert chief["scale"] == pytest.approx(-rate * applied, rel=1e-5), chief
 
 
 @pytest.mark.slow

@@ -8,6 +8,11 @@ subclass of its own class whose ``compute_gradients`` adds the tables' pairs
 formulas and slots (``TableOptimizer``). A table is trained when its variable
 is trainable and either ``var_list`` is None or names one of its
 TrainableWrappers, as TFRA's trainable wrappers were.
+
+``SyncReplicasOptimizer`` around it (TFRA's PS demos) trains the tables too:
+run_legacy's class (``tf.train`` and ``tf.compat.v1.train``) merges each
+table's rows into one sparse gradient per shard before its accumulators
+(``supervision.table_rows_for_sync``).
 """
 
 from __future__ import annotations

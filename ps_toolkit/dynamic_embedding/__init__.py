@@ -9,6 +9,7 @@ from ps_toolkit.dynamic_embedding.lookups import COMBINERS, lookup, lookup_spars
 from ps_toolkit.dynamic_embedding.maintenance import TableMaintenanceHook
 from ps_toolkit.dynamic_embedding.optimizer import (
     TableOptimizer,
+    TableRows,
     is_table_rows,
     sync_gradients,
     sync_shard_variables,
@@ -31,6 +32,7 @@ __all__ = [
     "InitialRows",
     "TableMaintenanceHook",
     "TableOptimizer",
+    "TableRows",
     "checkpoint_differences",
     "clear_graph_collections",
     "get_table",

@@ -2,7 +2,8 @@
 
 ``TableMaintenanceHook`` runs, when its session starts, every ``every_steps``
 global steps and at the end, the tables' eviction ops (``eviction``) in a session.run of its own,
-after a step, never inside one; then reads each table's rows and counters.
+after a step, never inside one; that same run reads each table's rows before and after, and its
+counters. At the end it runs only when no maintenance ran at the last global step already.
 It writes them as summaries beside the chief's (``tables/<name>/rows``, ...),
 keeps the latest for the progress line (``progress_fields``) and a short
 history for the task's JSON result (``result``).
@@ -33,6 +34,8 @@ class TableMaintenanceHook(tf.compat.v1.train.SessionRunHook):
     def __init__(self, tables: list[DynamicTable], every_steps: int, summary_dir: str | None = None):
         self._tables, self._every_steps, self._summary_dir = list(tables), max(1, every_steps), summary_dir
         self._next_step = None
+        self._maintained_step = None  # the global step of the last maintenance run
+        self.runs = 0  # maintenance runs so far: eviction and measures, one session.run each
         self.latest: dict = {}
         self.history: dict = {table.name: [] for table in self._tables}
 
@@ -41,22 +44,27 @@ class TableMaintenanceHook(tf.compat.v1.train.SessionRunHook):
         self._global_step = tf.compat.v1.train.get_global_step()
         evicting = [table for table in self._tables if eviction.evicts(table)]
         with tf.name_scope("table_maintenance"):
-            self._evict = tf.group(*[eviction.eviction_op(t, self._global_step) for t in evicting])
-            self._measures = {
-                table.name: {
-                    "rows": table.size(),
-                    "rows_per_shard": table.shard_sizes(),
-                    "admitted": table.stat(STAT_ADMITTED),
-                    "evicted": table.stat(STAT_EVICTED),
+            # One session.run does it all, in order: the sizes before, the eviction, the measures after.
+            before = {table.name: table.size() for table in self._tables}
+            with tf.control_dependencies(list(before.values())):
+                evict = tf.group(*[eviction.eviction_op(t, self._global_step) for t in evicting])
+            with tf.control_dependencies([evict]):
+                measures = {
+                    table.name: {
+                        "rows_before_eviction": before[table.name],
+                        "rows": table.size(),
+                        "rows_per_shard": table.shard_sizes(),
+                        "admitted": table.stat(STAT_ADMITTED),
+                        "evicted": table.stat(STAT_EVICTED),
+                    }
+                    for table in self._tables
                 }
-                for table in self._tables
-            }
+            self._maintenance = {"global_step": tf.identity(self._global_step), "tables": measures}
 
     def after_create_session(self, session, coord):
         """Measures the tables as the session finds them (a restored run: their restored size)."""
-        step = int(session.run(self._global_step))
+        step = self.maintain(session)
         self._next_step = step + self._every_steps
-        self.maintain(session, step)  # where the tables start from (a restored run: their restored size)
 
     def before_run(self, run_context):
         """Asks for the global step with each run."""
@@ -67,26 +75,30 @@ class TableMaintenanceHook(tf.compat.v1.train.SessionRunHook):
         step = int(run_values.results)
         if step >= self._next_step:
             self._next_step = step + self._every_steps
-            self.maintain(run_context.session, step)
+            self.maintain(run_context.session)
 
     def end(self, session):
-        """Maintains the tables once more at the last step."""
-        self.maintain(session, int(session.run(self._global_step)))
+        """Maintains the tables once more at the last step, unless that step's maintenance already ran."""
+        if self._maintained_step is not None and int(session.run(self._global_step)) == self._maintained_step:
+            return
+        self.maintain(session)
 
-    def maintain(self, session, step: int) -> None:
-        """Evicts, then measures every table at ``step``; records and writes the measures.
+    def maintain(self, session) -> int:
+        """Evicts, then measures every table, in one session.run; records and writes the measures.
 
         Args:
             session: The chief's session.
-            step: The global step the measures are recorded at.
+
+        Returns:
+            The global step the measures are recorded at.
         """
-        before = session.run({name: measure["rows"] for name, measure in self._measures.items()})
-        session.run(self._evict)
-        measures = session.run(self._measures)
-        for name, values in measures.items():
+        done = session.run(self._maintenance)
+        step = self._maintained_step = int(done["global_step"])
+        self.runs += 1
+        for name, values in done["tables"].items():
             record = {
                 "global_step": step,
-                "rows_before_eviction": int(before[name]),
+                "rows_before_eviction": int(values["rows_before_eviction"]),
                 "rows": int(values["rows"]),
                 "rows_per_shard": [int(v) for v in values["rows_per_shard"]],
                 "admitted": int(values["admitted"]),
@@ -95,6 +107,7 @@ class TableMaintenanceHook(tf.compat.v1.train.SessionRunHook):
             self.latest[name] = record
             _append_thinned(self.history[name], record)
         self._write_summaries(step)
+        return step
 
     def progress_fields(self) -> dict:
         """For the progress line: rows per table, as of the last maintenance."""

@@ -17,12 +17,17 @@ _SaveableObject, _SaveSpec = tf_internals.saveable_classes()
 
 
 def register_saveables(table) -> None:
-    """Adds a saveable for each of ``table``'s hash tables, now and as slots are made, to SAVEABLE_OBJECTS."""
+    """Adds a saveable for each of ``table``'s hash tables, now and as slots are made, to SAVEABLE_OBJECTS.
+
+    A shard's components are exported one after the other (each export waits for the previous
+    component's buckets to be read), so the ps holds one whole export copy at a time, not one per component.
+    """
+    split_of_last = {}  # shard prefix -> the ops that read its last registered component's buckets
 
     def add(shard, component, hash_table):
-        tf.compat.v1.add_to_collection(
-            tf.compat.v1.GraphKeys.SAVEABLE_OBJECTS, ShardComponentSaveable(shard, component, hash_table)
-        )
+        saveable = ShardComponentSaveable(shard, component, hash_table, after=split_of_last.get(shard.prefix, ()))
+        split_of_last[shard.prefix] = saveable.split_ops
+        tf.compat.v1.add_to_collection(tf.compat.v1.GraphKeys.SAVEABLE_OBJECTS, saveable)
 
     table.add_component_listener(add)
 
@@ -33,19 +38,35 @@ def checkpoint_name(table_name: str, component: str, bucket: int, part: str) -> 
 
 
 class ShardComponentSaveable(_SaveableObject):
-    """One hash table of one shard, saved as the save buckets the shard owns."""
+    """One hash table of one shard, saved as the save buckets the shard owns.
 
-    def __init__(self, shard, component: str, hash_table: HashTable):
+    Args:
+        shard: The TableShard.
+        component: "rows", "meta" or "slot_<name>".
+        hash_table: The component's HashTable.
+        after: Ops the export waits for (the shard's previous component's split): one export copy at a time.
+    """
+
+    def __init__(self, shard, component: str, hash_table: HashTable, after=()):
         table = shard.table
         self._hash_table, self._table_name, self._component = hash_table, table.name, component
         self._dim_shape = hash_table.value_shape
         owned = keys.buckets_of_shard(shard.index, table.num_shards)
-        with on_device(shard.device), tf.name_scope(f"save_{shard.prefix}_{component}".replace("/", "_")):
-            ids, values = hash_table.export()
+        with (
+            on_device(shard.device),
+            tf.name_scope(f"save_{shard.prefix}_{component}".replace("/", "_")),
+            # Out of any loop or step the component was first made in: the save runs on its own.
+            tf.control_dependencies(None),
+            tf.control_dependencies(list(after)),
+        ):
+            # Only the keys of the export are used: its values copy is freed as soon as it is made, and each
+            # bucket's values are read from the table by key, so the values are held once (for the write).
+            ids, _ = hash_table.export()
             # Every key of this shard is in one of its buckets, whose position among them is bucket // num_shards.
             position = tf.math.floordiv(keys.save_bucket(keys.hash64(ids)), table.num_shards)
             id_parts = tf.dynamic_partition(ids, position, len(owned))
-            value_parts = tf.dynamic_partition(values, position, len(owned))
+            value_parts = [hash_table.find(part) for part in id_parts]
+        self.split_ops = tuple(part.op for part in value_parts)
         specs = []
         for bucket, id_part, value_part in zip(owned, id_parts, value_parts, strict=True):
             specs.append(

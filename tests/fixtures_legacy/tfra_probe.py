@@ -196,7 +196,7 @@ def inference_mode():
 
 @check
 def keys_and_trainable():
-    """int32 keys, a table left out of training, and sync replicas refused."""
+    """int32 keys, a table left out of training, sync replicas around the tables (string ids refused)."""
     ints = de.get_variable("i32", key_dtype=tf.int32, dim=2, initializer=1.0)
     frozen = de.get_variable("frozen", dim=2, initializer=1.0, trainable=False)
     loss = tf.reduce_sum(de.embedding_lookup(ints, tf.constant([1, 2], tf.int32)))
@@ -206,7 +206,17 @@ def keys_and_trainable():
     sync = tf.train.SyncReplicasOptimizer(
         de.DynamicEmbeddingOptimizer(tf.train.AdagradOptimizer(0.1)), replicas_to_aggregate=1
     )
-    refused = error_of(lambda: sync.minimize(loss, global_step=step))
+    sync_built = error_of(lambda: sync.minimize(loss, global_step=step))  # int32 ids are aggregated as int64
+    inside = error_of(  # the other order: SyncReplicasOptimizer has no formula of its own for the rows
+        lambda: de.DynamicEmbeddingOptimizer(tf.train.SyncReplicasOptimizer(tf.train.AdamOptimizer(), 1))
+    )
+    with tf.Graph().as_default():
+        strings = de.get_variable("s", key_dtype=tf.string, dim=2, initializer=1.0)
+        string_loss = tf.reduce_sum(de.embedding_lookup(strings, tf.constant(["a"])))
+        string_sync = tf.train.SyncReplicasOptimizer(
+            de.DynamicEmbeddingOptimizer(tf.train.GradientDescentOptimizer(1.0)), replicas_to_aggregate=1
+        )
+        refused = error_of(lambda: string_sync.minimize(string_loss, global_step=tf.train.get_or_create_global_step()))
     with tf.Session() as session:
         session.run(tf.global_variables_initializer())
         session.run(train_op)
@@ -217,7 +227,7 @@ def keys_and_trainable():
         "int_keys_dtype": keys.dtype.name,
         "int_rows": values.tolist(),
         "frozen_size": int(frozen_size),
-        "sync_replicas": refused,
+        "sync_replicas": {"int_keys": sync_built, "string_keys": refused, "inside": inside},
     }
 
 
