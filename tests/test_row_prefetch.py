@@ -1,5 +1,7 @@
 """The arithmetic of prefetched rows: plain SGD whose rows are one step stale."""
 
+import itertools
+
 import numpy as np
 import pytest
 import tensorflow as tf
@@ -39,7 +41,7 @@ def test_steps_match_sgd_with_one_step_of_staleness(num_parts):
         bounds = [0, 6] if num_parts == 1 else [0, 4, 6]
         parts = [
             tf.compat.v1.Variable(initial[a:b], name=f"part{n}", use_resource=True)
-            for n, (a, b) in enumerate(zip(bounds, bounds[1:]))
+            for n, (a, b) in enumerate(itertools.pairwise(bounds))
         ]
         next_ids = tf.compat.v1.placeholder(tf.int64, [None])
         scale = tf.compat.v1.placeholder(tf.float32, [None, 2])
