@@ -71,10 +71,10 @@ def _run(target: str, prefetch: bool, seed: int) -> dict:
                 logits = logits_of(cache.rows())
                 loss = tf.reduce_sum(tf.nn.sigmoid_cross_entropy_with_logits(labels=labels, logits=logits))
                 grads = cache.gradients(loss) + optimizer.compute_gradients(loss, [hidden, out])
-                refresh = cache.refresh(ids)
-                with tf.control_dependencies([cache.pulled]):
+                refresh, pulled = cache.refresh(ids)
+                with tf.control_dependencies([pulled]):
                     step = tf.group(optimizer.apply_gradients(grads), refresh)
-                prime = cache.refresh(ids)
+                prime, _ = cache.refresh(ids)
             else:
                 loss = tf.reduce_sum(tf.nn.sigmoid_cross_entropy_with_logits(labels=labels, logits=scores))
                 step = optimizer.minimize(loss)

@@ -48,11 +48,11 @@ def test_steps_match_sgd_with_one_step_of_staleness(num_parts):
         prefetch = PrefetchedRows(parts, dim=2)
         loss = tf.reduce_sum(scale * prefetch.rows() ** 2)
         grads = prefetch.gradients(loss)
-        refresh = prefetch.refresh(next_ids)
-        with tf.control_dependencies([prefetch.pulled]):
+        refresh, pulled = prefetch.refresh(next_ids)
+        with tf.control_dependencies([pulled]):
             push = tf.compat.v1.train.GradientDescentOptimizer(LEARNING_RATE).apply_gradients(grads)
         step = tf.group(push, refresh)
-        prime = prefetch.refresh(next_ids)
+        prime, _ = prefetch.refresh(next_ids)
         with tf.compat.v1.Session() as session:
             session.run([tf.compat.v1.global_variables_initializer(), tf.compat.v1.local_variables_initializer()])
             session.run(prime, {next_ids: ID_BATCHES[0]})
@@ -61,3 +61,12 @@ def test_steps_match_sgd_with_one_step_of_staleness(num_parts):
             trained = np.concatenate(session.run(parts))
     np.testing.assert_allclose(trained, _stale_sgd(initial, scales), rtol=1e-5, atol=1e-6)
     assert not np.allclose(trained, _fresh_sgd(initial, scales), atol=1e-4)
+
+
+def test_benchmark_auc_ranks_scores():
+    from benchmarks.prefetch_rows import _auc
+
+    labels = np.array([0, 0, 1, 1], np.float32)
+    assert _auc(labels, np.array([0.1, 0.2, 0.3, 0.4])) == 1.0
+    assert _auc(labels, np.array([0.4, 0.3, 0.2, 0.1])) == 0.0
+    assert _auc(labels, np.array([0.1, 0.3, 0.2, 0.4])) == 0.75

@@ -30,7 +30,7 @@ class PrefetchedRows:
     A run computes on the cached rows of its batch (``rows()``), pushes their
     gradients to the ids they belong to (``gradients``), and, overlapping the
     compute, pulls the rows of the next batch's ids into the cache
-    (``refresh``). The pull is ordered before this run's push, so the rows a
+    (``refresh``). The caller orders the pull before this run's push, so the rows a
     step computes on are the table as it was before the previous step's push:
     exactly one step (of this replica) stale.
     """
@@ -80,7 +80,7 @@ class PrefetchedRows:
             for part, local, where in pieces
         ]
 
-    def refresh(self, next_ids: tf.Tensor, wire_dtype: str = "float32") -> tf.Operation:
+    def refresh(self, next_ids: tf.Tensor, wire_dtype: str = "float32") -> tuple[tf.Operation, tf.Tensor]:
         """Pulls the rows of ``next_ids`` and, once this run's reads of the cache are done, caches them.
 
         Args:
@@ -88,18 +88,19 @@ class PrefetchedRows:
             wire_dtype: How the rows travel (``sparse_lookup.WIRE_DTYPES``).
 
         Returns:
-            The op that fills the cache; run it once before the first step too.
+            The op that fills the cache (run one once before the first step too), and the pulled
+            rows: this run's push must depend on them, so the next step's rows predate it.
         """
         lookup = sparse_lookup._Lookup(self.table, tf.convert_to_tensor(next_ids), unique=True)
         lookup.fetch_alone(wire_dtype)
-        self.pulled = lookup.rows
         with tf.control_dependencies(self._reads + [lookup.rows]):
-            return tf.group(
+            fill = tf.group(
                 self._keys.assign(tf.cast(lookup.keys, tf.int64), read_value=False),
                 self._positions.assign(lookup.positions, read_value=False),
                 self._ids_shape.assign(tf.shape(lookup.ids, out_type=tf.int32), read_value=False),
                 self._rows.assign(lookup.rows, read_value=False),
             )
+        return fill, lookup.rows
 
 
 def _split_keys(parts: list[tuple], keys: tf.Tensor) -> list[tuple]:
