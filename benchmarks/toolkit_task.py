@@ -27,7 +27,7 @@ def load_run_task():
 def timed(train):
     """``train`` (ps_toolkit.task.roles.trainer.train) printing the harness's markers for this replica."""
 
-    def timed_train(cluster, target, config, definition, session_config=None, on_progress=None):
+    def timed_train(cluster, target, config, definition, session_config=None, on_progress=None, **options):
         clock = protocol.StepClock(config.train_steps)
 
         def observe(global_step):
@@ -35,7 +35,7 @@ def timed(train):
             if on_progress is not None:
                 on_progress(global_step)
 
-        result = train(cluster, target, config, definition, session_config, on_progress=observe)
+        result = train(cluster, target, config, definition, session_config, on_progress=observe, **options)
         auc = (result.get("eval") or {}).get("auc")
         clock.finish(accuracy=result["test_accuracy"], loss=result["final_loss"], auc=auc)
         return result

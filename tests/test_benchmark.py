@@ -184,14 +184,16 @@ def test_embedding_model_tasks_use_each_systems_own_script():
 def test_timed_train_prints_the_harness_markers(capsys):
     seen = []
 
-    def train(cluster, target, config, data, session_config=None, on_progress=None):
+    def train(cluster, target, config, data, session_config=None, on_progress=None, final_hooks=()):
         for step in (20, 40, 100):
             on_progress(step)
-        return {"test_accuracy": 0.9, "final_loss": 0.1}
+        return {"test_accuracy": 0.9, "final_loss": 0.1, "final_hooks": final_hooks}
 
     config = types.SimpleNamespace(train_steps=100)
-    result = toolkit_task.timed(train)("cluster", "grpc://x", config, "data", on_progress=seen.append)
+    timed = toolkit_task.timed(train)
+    result = timed("cluster", "grpc://x", config, "data", on_progress=seen.append, final_hooks=["done"])
     assert result["test_accuracy"] == 0.9
+    assert result["final_hooks"] == ["done"]  # what run_task passes on reaches the real train
     assert seen == [20, 40, 100]  # the caller's own listener still hears every run
     markers = protocol.parse_markers(capsys.readouterr().out.splitlines())
     assert [m["event"] for m in markers] == ["first_step", "warm", "done"]

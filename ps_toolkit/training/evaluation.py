@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import threading
 import time
 
 import tensorflow as tf
@@ -19,6 +20,8 @@ from ps_toolkit.training.model_api import ModeKeys, ModelDefinition, function_na
 from ps_toolkit.training.model_calls import call_input_fn, call_model_fn
 
 log = logging.getLogger(__name__)
+# The longest wait at the end for a warm-up still running (without a watchdog bound).
+WARM_UP_WAIT_SECS = 30.0
 
 
 @dataclasses.dataclass(frozen=True)
@@ -118,7 +121,23 @@ class FinalEvaluationHook(tf.compat.v1.train.SessionRunHook):
         self._variable_devices: dict[str, str] = {}
         self._table_devices = None
         self._built: tuple | None = None  # (graph, EvalGraph, initializer of the variables made here)
+        self._warm = _WarmSession()
+        # Evaluated on a thread (start, finish) instead of in end(): FinalEvaluationStart sets it.
+        self.background = False
+        self._thread: threading.Thread | None = None
+        self._error: BaseException | None = None
         self.metrics: dict | None = None
+
+    def warm_up(self) -> None:
+        """Opens the evaluation's session and runs one batch, on a thread, while training goes on.
+
+        A session's first run of a graph registers its parts on every task
+        and makes their executors: about 1 s of the final evaluation of a
+        model with many tables, otherwise paid after the last step. The
+        warm-up batch's counts are reset when the evaluation starts.
+        """
+        if self._built is not None:
+            self._warm.start(lambda: self._open_session(*self._built), self._built[1])
 
     def begin(self):
         # Global variables only: a metric the model also builds in TRAIN mode has local
@@ -134,11 +153,38 @@ class FinalEvaluationHook(tf.compat.v1.train.SessionRunHook):
             self._built = self._build()
 
     def end(self, session):
+        """Evaluates now, unless ``background``: then ``start`` and ``finish`` do it."""
+        if not self.background:
+            self._evaluate()
+
+    def start(self) -> None:
+        """Starts evaluating on a thread; ``finish`` waits for it."""
+        self._thread = threading.Thread(target=self._evaluate_keeping_error, name="final evaluation", daemon=True)
+        self._thread.start()
+
+    def finish(self) -> None:
+        """Waits for an evaluation started in the background; raises what it raised.
+
+        Unbounded here: the task's watchdog bounds a stalled evaluation (its batches are its progress).
+        """
+        if self._thread is not None:
+            self._thread.join()
+            self._thread = None
+        if self._error is not None:
+            raise self._error
+
+    def _evaluate_keeping_error(self) -> None:
+        try:
+            self._evaluate()
+        except BaseException as err:  # raised in the caller's thread by finish()
+            self._error = err
+
+    def _evaluate(self) -> None:
         started = time.monotonic()
         graph, eval_graph, own_variables_init = self._built or self._build()
-        eval_session = tf.compat.v1.Session(self._target, graph=graph, config=self._session_config)
+        warmed = self._warm.take(self._bound_secs or WARM_UP_WAIT_SECS)
+        eval_session = warmed or self._open_session(graph, eval_graph, own_variables_init)
         try:
-            eval_session.run(own_variables_init)
             opened = time.monotonic()
             if self.on_start is not None:
                 self.on_start()
@@ -146,7 +192,17 @@ class FinalEvaluationHook(tf.compat.v1.train.SessionRunHook):
         finally:
             # The task ends soon after: a close held by a slow peer must not hold the job's end.
             session_close.call_within(eval_session.close, what="closing the final evaluation's session")
-        log.info("final evaluation: session %.2f s, batches %.2f s", opened - started, time.monotonic() - opened)
+        log.info(
+            "final evaluation: session %.2f s (%s), batches %.2f s",
+            opened - started,
+            "warmed during training" if warmed else "opened at the end",
+            time.monotonic() - opened,
+        )
+
+    def _open_session(self, graph, eval_graph: EvalGraph, own_variables_init):
+        session = tf.compat.v1.Session(self._target, graph=graph, config=self._session_config)
+        session.run(own_variables_init)
+        return session
 
     def _build(self) -> tuple:
         graph = tf.Graph()
@@ -175,3 +231,58 @@ def write_summary(writer, step: int, metrics: dict) -> None:
     )
     writer.add_summary(summary, step)
     writer.flush()
+
+
+class _WarmSession:
+    """An evaluation session opened and run once on a thread of its own; taken at the end, or not at all."""
+
+    def __init__(self):
+        self._thread: threading.Thread | None = None
+        self._session = None
+
+    def start(self, open_session, eval_graph: EvalGraph) -> None:
+        if self._thread is not None:
+            return
+
+        def warm():
+            try:
+                session = open_session()
+                eval_graph.run(session, max_batches=1)
+                self._session = session
+            except Exception as err:  # the end opens a session of its own and meets the error there
+                log.info("the final evaluation's warm-up failed (the evaluation will run cold): %s", err)
+
+        self._thread = threading.Thread(target=warm, name="final evaluation warm-up", daemon=True)
+        self._thread.start()
+
+    def take(self, bound_secs: float | None):
+        """The warmed session, once the warm-up is done (waiting at most ``bound_secs``); None if none."""
+        if self._thread is None:
+            return None
+        self._thread.join(bound_secs)
+        if self._thread.is_alive():
+            log.info("the final evaluation's warm-up is still running; the evaluation opens its own session")
+            return None
+        return self._session
+
+
+class FinalEvaluationStart(tf.compat.v1.train.SessionRunHook):
+    """Starts the final evaluation in the background in its ``end``: put first, the evaluation runs while
+    the later hooks' ends (the final checkpoint) do; ``FinalEvaluationJoin``, put last, waits for it."""
+
+    def __init__(self, evaluation: FinalEvaluationHook):
+        evaluation.background = True
+        self._evaluation = evaluation
+
+    def end(self, session):
+        self._evaluation.start()
+
+
+class FinalEvaluationJoin(tf.compat.v1.train.SessionRunHook):
+    """Waits, in its ``end``, for the final evaluation ``FinalEvaluationStart`` started."""
+
+    def __init__(self, evaluation: FinalEvaluationHook):
+        self._evaluation = evaluation
+
+    def end(self, session):
+        self._evaluation.finish()

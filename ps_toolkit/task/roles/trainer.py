@@ -25,7 +25,12 @@ from ps_toolkit.task.sessions import FastWorkerSessionCreator, LiveStateChiefSes
 from ps_toolkit.task.watchdog import ProgressWatchdog
 from ps_toolkit.training import multi_step, replica_graph
 from ps_toolkit.training.config import TrainConfig
-from ps_toolkit.training.evaluation import FinalEvaluationHook, write_summary
+from ps_toolkit.training.evaluation import (
+    FinalEvaluationHook,
+    FinalEvaluationJoin,
+    FinalEvaluationStart,
+    write_summary,
+)
 from ps_toolkit.training.model_api import ModelDefinition
 from ps_toolkit.training.multi_step import StopAtLastStepHook
 from ps_toolkit.training.progress_report import ProgressHook
@@ -241,7 +246,11 @@ def _hooks(
     if cluster.is_chief:
         guard = step_guard.chief_hook(cluster, config, graph)
         hooks = [guard, *_chief_saving_hooks(config, graph, listeners=[guard.saver_listener()]), *hooks]
-    return hooks
+    if evaluation is None:
+        return hooks
+    # The final evaluation starts first at the end and runs while the final checkpoint is written;
+    # the last hook waits for it.
+    return [FinalEvaluationStart(evaluation), *hooks, FinalEvaluationJoin(evaluation)]
 
 
 def _run_session(cluster, target, config, graph: TrainGraph, hooks, progress, session_config, evaluation) -> None:
@@ -254,6 +263,10 @@ def _run_session(cluster, target, config, graph: TrainGraph, hooks, progress, se
     ) as watchdog:
         progress.add_listener(watchdog.beat)
         if evaluation is not None:
+            # Halfway through, the evaluation's session is opened and run once, so its first run's
+            # cost is not paid after the last step (not at the start: it would slow the first steps).
+            halfway = config.train_steps // 2
+            progress.add_listener(lambda global_step: evaluation.warm_up() if global_step >= halfway else None)
             evaluation.on_start = lambda: watchdog.expect("the final evaluation's next batch (its eval_input_fn)")
             evaluation.on_batch = watchdog.working
         if cluster.is_chief and config.checkpoint_dir:
