@@ -14,6 +14,7 @@ from ps_toolkit.dynamic_embedding import keys
 from ps_toolkit.dynamic_embedding.hash_tables import HashTable, on_device
 
 _SaveableObject, _SaveSpec = tf_internals.saveable_classes()
+FILLED = "filled"
 
 
 def register_saveables(table) -> None:
@@ -56,6 +57,7 @@ class ShardComponentSaveable(_SaveableObject):
             )
         # Named after the hash table's op: an exported MetaGraph lists the saveables by name as graph elements.
         super().__init__(hash_table.handle, specs, hash_table.handle.op.name)
+        self.filled = filled_marker(hash_table)
 
     def restore(self, restored_tensors, restored_shapes=None):
         """Replaces the shard's content by the keys and values of its buckets."""
@@ -72,7 +74,19 @@ class ShardComponentSaveable(_SaveableObject):
                 ),
             )
             with tf.control_dependencies([check]):
-                return self._hash_table.replace(ids, values)
+                replaced = self._hash_table.replace(ids, values)
+            with tf.control_dependencies([replaced]):
+                return self.filled.assign(True, read_value=False)
+
+
+def filled_marker(hash_table: HashTable) -> tf.Variable:
+    """The hash table's "filled" marker on its device, registered so that a model is ready only once it is set."""
+    # Outside any control flow (a slot's table may be made inside the in-graph loop) and under the table's name.
+    scope = hash_table.shared_name.replace(":", "_") + "/"
+    with tf.control_dependencies(None), on_device(hash_table.device), tf.compat.v1.name_scope(scope):
+        marker = tf.compat.v1.Variable(False, trainable=False, collections=[], use_resource=True, name=FILLED)
+    tf_internals.register_shared_resource(marker.handle, marker.initializer, marker.is_initialized())
+    return marker
 
 
 _KEY = re.compile(r"^(?P<table>.+)/(?P<component>rows|meta|slot_[^/]+)/bucket_\d\d/(?P<part>keys|values)$")
