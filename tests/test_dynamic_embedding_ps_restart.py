@@ -46,6 +46,9 @@ def _live_ids(address: str, table: str, shard: int, num_shards: int) -> set:
 
 
 def test_a_restarted_ps_gets_its_table_shards_back_from_the_checkpoint(tmp_path):
+    # Enough steps that the chief is still training at the kill, however long its own start took:
+    # worker 1 may train alone at a hundred steps/s or more meanwhile.
+    steps = 6000
     checkpoint_dir = str(tmp_path / "ckpt")
     args = [
         "--model_fn=dynamic_clicks:model_fn",
@@ -53,7 +56,7 @@ def test_a_restarted_ps_gets_its_table_shards_back_from_the_checkpoint(tmp_path)
         "--optimizer=adagrad",
         "--learning_rate=0.5",
         "--batch_size=64",
-        "--train_steps=600",
+        f"--train_steps={steps}",
         f"--checkpoint_dir={checkpoint_dir}",
         "--save_checkpoint_steps=40",
         "--watchdog_secs=60",
@@ -62,7 +65,8 @@ def test_a_restarted_ps_gets_its_table_shards_back_from_the_checkpoint(tmp_path)
     env = {"PYTHONPATH": EXAMPLE}
     with LocalCluster(num_ps=2, num_workers=2, train_args=args, log_dir=str(tmp_path / "logs"), env=env) as local:
         chief = local.log_path("worker", 0)
-        logwatch.wait_for_step(chief, 150, timeout=300)
+        before = logwatch.wait_for_step(chief, 150, timeout=300)
+        assert before["global_step"] < steps - 2000, f"training nearly over before the kill: {before}"
         local.kill("ps", 1)
         # The chief's session fails with ps:1 gone: no checkpoint is written until it restored one.
         restored = tf.train.latest_checkpoint(checkpoint_dir)
