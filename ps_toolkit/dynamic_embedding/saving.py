@@ -89,7 +89,8 @@ def filled_marker(hash_table: HashTable) -> tf.Variable:
     with tf.control_dependencies(None), on_device(hash_table.device), tf.compat.v1.name_scope(scope):
         marker = tf.compat.v1.Variable(False, trainable=False, collections=[], use_resource=True, name=FILLED)
         is_filled = marker.is_initialized()
-    _MARKERS_BY_GRAPH.setdefault(tf.compat.v1.get_default_graph(), []).append((marker.handle, marker.initializer, is_filled))
+    markers = _MARKERS_BY_GRAPH.setdefault(tf.compat.v1.get_default_graph(), [])
+    markers.append((marker.handle, marker.initializer, is_filled))
     return marker
 
 

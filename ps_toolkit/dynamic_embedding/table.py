@@ -17,7 +17,7 @@ import tensorflow as tf
 
 from ps_toolkit.base.errors import ConfigError
 from ps_toolkit.dynamic_embedding import keys
-from ps_toolkit.dynamic_embedding.hash_tables import HashTable, on_device
+from ps_toolkit.dynamic_embedding.hash_tables import HashTable
 from ps_toolkit.dynamic_embedding.initial_rows import InitialRows
 
 TABLES = "ps_toolkit_dynamic_tables"
