@@ -201,6 +201,49 @@ def test_a_checkpoint_restores_into_another_number_of_shards(tmp_path, restore_s
     assert session.run(size) == 5
 
 
+def test_a_model_with_tables_is_ready_only_once_the_chief_initialized_or_restored_them(tmp_path):
+    """A fresh session has fresh resources, as a restarted ps: its tables are empty until the restore."""
+    graph, session, train, table = _trainer({}, shards=2)
+    with graph.as_default():
+        size = table.size()
+        de.require_filled_tables()  # what the toolkit's own scaffold asks for
+        scaffold = tf.compat.v1.train.Scaffold(saver=tf.compat.v1.train.Saver(sharded=True)).finalize()
+    parts = ("rows", "meta", "slot_accumulator")
+    markers = sorted(f"t/shard_{i}_of_2/{part}/filled:0" for i in (0, 1) for part in parts)
+
+    def not_ready(a_session, op):
+        return sorted(name.decode() for name in a_session.run(op))
+
+    with session:
+        assert not_ready(session, scaffold.ready_op) == markers  # made, but neither initialized nor restored
+        session.run(scaffold.init_op)  # the chief's init of a fresh model
+        assert not_ready(session, scaffold.ready_op) == []
+        train([1, 2, 3])
+        path = scaffold.saver.save(session, str(tmp_path / "model"))
+    with _session(graph) as restarted:
+        # What a worker, and the chief's check for live state, ask before their local init: the empty shards.
+        assert not_ready(restarted, scaffold.ready_for_local_init_op) == sorted(["global_step", *markers])
+        scaffold.saver.restore(restarted, path)
+        assert not_ready(restarted, scaffold.ready_op) == []
+        assert restarted.run(size) == 3
+
+
+def test_a_users_own_scaffold_with_only_the_variables_initializer_is_ready_and_trains_as_before(tmp_path):
+    """A TF1 script's Scaffold(init_op=global_variables_initializer()) on a model with tables (no toolkit scaffold)."""
+    graph, _, _, table = _trainer({}, shards=2)
+    with graph.as_default():
+        ids = tf.constant([4, 5], tf.int64)
+        loss = tf.reduce_sum(tf.square(de.lookup(table, ids)))
+        train = de.TableOptimizer(TF1.AdagradOptimizer(0.1)).minimize(loss)
+        size = table.size()
+        scaffold = tf.compat.v1.train.Scaffold(init_op=tf.compat.v1.global_variables_initializer())
+        creator = tf.compat.v1.train.ChiefSessionCreator(scaffold=scaffold)
+        with tf.compat.v1.train.MonitoredSession(session_creator=creator) as session:
+            assert list(session.run(scaffold.ready_op)) == []
+            session.run(train)
+            assert session.run(size) == 2
+
+
 def test_a_dim_mismatch_on_restore_names_the_table(tmp_path):
     path, _, _ = _save(tmp_path, shards=2)
     with tf.Graph().as_default() as graph:

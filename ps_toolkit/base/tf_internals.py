@@ -168,6 +168,12 @@ _use(
     "tf.compat.v1.train.Saver saves a hash table shard only through a SaveableObject; none is public",
 )
 _use(_SAVEABLE_OBJECT_MODULE, "SaveSpec", _TABLE_SAVING, "the tensors a SaveableObject saves, under their names")
+_use(
+    "tensorflow.python.ops.resources",
+    "register_resource",
+    _TABLE_SAVING,
+    "a Scaffold's init, ready and ready-for-local-init ops cover shared resources only through this registry",
+)
 
 _TRAIN = "tensorflow.python.training"
 # (optimizer class, {hyperparameter: attribute}); a TF1 optimizer keeps its constructor's arguments only in these.
@@ -218,6 +224,13 @@ def saveable_classes() -> tuple[type, type]:
     from tensorflow.python.training.saving import saveable_object
 
     return saveable_object.SaveableObject, saveable_object.SaveSpec
+
+
+def register_shared_resource(handle, create_op, is_initialized) -> None:
+    """Registers a resource that the default Scaffold's init_op creates and its ready ops wait for."""
+    from tensorflow.python.ops import resources
+
+    resources.register_resource(handle, create_op, is_initialized, is_shared=True)
 
 
 def optimizer_hyperparameters(optimizer) -> tuple[str, dict] | None:

@@ -15,7 +15,7 @@ from ps_toolkit.dynamic_embedding.optimizer import (
     sync_shard_variables,
     table_gradients,
 )
-from ps_toolkit.dynamic_embedding.saving import checkpoint_differences
+from ps_toolkit.dynamic_embedding.saving import checkpoint_differences, require_filled_tables
 from ps_toolkit.dynamic_embedding.table import (
     DynamicTable,
     clear_graph_collections,
@@ -39,6 +39,7 @@ __all__ = [
     "is_table_rows",
     "lookup",
     "lookup_sparse",
+    "require_filled_tables",
     "shard_devices",
     "sync_gradients",
     "sync_shard_variables",

@@ -6,6 +6,7 @@ Design: docs/design.md, "Dynamic embedding tables".
 from __future__ import annotations
 
 import re
+import weakref
 
 import tensorflow as tf
 
@@ -14,6 +15,9 @@ from ps_toolkit.dynamic_embedding import keys
 from ps_toolkit.dynamic_embedding.hash_tables import HashTable, on_device
 
 _SaveableObject, _SaveSpec = tf_internals.saveable_classes()
+FILLED = "filled"
+# graph -> [(marker handle, its initializer, its is_initialized op)], registered only by require_filled_tables.
+_MARKERS_BY_GRAPH = weakref.WeakKeyDictionary()
 
 
 def register_saveables(table) -> None:
@@ -77,6 +81,7 @@ class ShardComponentSaveable(_SaveableObject):
             )
         # Named after the hash table's op: an exported MetaGraph lists the saveables by name as graph elements.
         super().__init__(hash_table.handle, specs, hash_table.handle.op.name)
+        self.filled = filled_marker(hash_table)
 
     def restore(self, restored_tensors, restored_shapes=None):
         """Replaces the shard's content by the keys and values of its buckets."""
@@ -93,7 +98,37 @@ class ShardComponentSaveable(_SaveableObject):
                 ),
             )
             with tf.control_dependencies([check]):
-                return self._hash_table.replace(ids, values)
+                replaced = self._hash_table.replace(ids, values)
+            with tf.control_dependencies([replaced]):
+                return self.filled.assign(True, read_value=False)
+
+
+def filled_marker(hash_table: HashTable) -> tf.Variable:
+    """The hash table's "filled" marker on its device (set by init and restore; see require_filled_tables)."""
+    # Outside any control flow (a slot's table may be made inside the in-graph loop) and under the table's name.
+    scope = hash_table.shared_name.replace(":", "_") + "/"
+    with tf.control_dependencies(None), on_device(hash_table.device), tf.compat.v1.name_scope(scope):
+        marker = tf.compat.v1.Variable(False, trainable=False, collections=[], use_resource=True, name=FILLED)
+        is_filled = marker.is_initialized()
+    markers = _MARKERS_BY_GRAPH.setdefault(tf.compat.v1.get_default_graph(), [])
+    markers.append((marker.handle, marker.initializer, is_filled))
+    return marker
+
+
+def require_filled_tables(graph=None) -> None:
+    """Makes a default Scaffold of ``graph`` init every "filled" marker made so far and be ready only once all are set.
+
+    Each marker becomes a shared resource, so the Scaffold's init_op sets it (a fresh model) and its ready ops
+    report it unset on a restarted ps until the chief restored the checkpoint. Only the toolkit's own scaffold
+    asks for it: a user's Scaffold (say init_op=global_variables_initializer()) keeps TensorFlow's usual checks.
+
+    Args:
+        graph: the graph holding the tables (default: the default graph).
+    """
+    graph = graph or tf.compat.v1.get_default_graph()
+    with graph.as_default():
+        for handle, initializer, is_filled in _MARKERS_BY_GRAPH.pop(graph, []):
+            tf_internals.register_shared_resource(handle, initializer, is_filled)
 
 
 _KEY = re.compile(r"^(?P<table>.+)/(?P<component>rows|meta|slot_[^/]+)/bucket_\d\d/(?P<part>keys|values)$")

@@ -17,7 +17,7 @@ import tensorflow as tf
 
 from ps_toolkit.base.errors import ConfigError
 from ps_toolkit.dynamic_embedding import keys
-from ps_toolkit.dynamic_embedding.hash_tables import HashTable, on_device
+from ps_toolkit.dynamic_embedding.hash_tables import HashTable
 from ps_toolkit.dynamic_embedding.initial_rows import InitialRows
 
 TABLES = "ps_toolkit_dynamic_tables"
@@ -68,15 +68,6 @@ class TableShard:
         self.meta = HashTable(f"{prefix}/meta", table.key_dtype, tf.int64, [2], NEVER_SEEN, device)
         self.stats = HashTable(f"{prefix}/stats", tf.int64, tf.int64, [1], 0, device)
         self.slots: dict[str, HashTable] = {}
-        with on_device(device):
-            # A local variable on the shard's ps: a restarted ps has it uninitialized, so the session is not
-            # ready and the chief restores the checkpoint (tables included), as for a ps holding variables.
-            self.present = tf.compat.v1.Variable(
-                True,
-                trainable=False,
-                collections=[tf.compat.v1.GraphKeys.LOCAL_VARIABLES],
-                name=f"{prefix.split('/')[-1]}_present",
-            )
 
     def slot(self, name: str) -> HashTable:
         """The hash table of optimizer slot ``name`` (made on first use, beside the rows)."""

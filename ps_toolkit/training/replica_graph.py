@@ -98,6 +98,8 @@ def build(cluster: ClusterConfig, config: TrainConfig, definition: ModelDefiniti
         hooks.append(dynamic_embedding.TableMaintenanceHook(tables, every, summary_dir=config.checkpoint_dir))
     if cluster.is_chief:
         strategies.log_placement_report(strategies.placement_report(num_ps=cluster.num_ps), log)
+    # No replica is ready on a restarted ps's empty table shards until the chief restored them.
+    dynamic_embedding.require_filled_tables()
     scaffold = tf.compat.v1.train.Scaffold(
         saver=tf.compat.v1.train.Saver(max_to_keep=5, sharded=True),
         ready_for_local_init_op=_ready_for_local_init(cluster, hooks),

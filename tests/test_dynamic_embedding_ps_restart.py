@@ -1,0 +1,87 @@
+"""A ps holding table shards is killed mid-run and restarted: its shards come back from the checkpoint.
+
+Real processes (LocalCluster: 2 ps + 2 workers, the dynamic_clicks model,
+no eviction). ps:1 is killed (SIGKILL) and started again on its port with
+empty tables. The chief must restore the newest checkpoint (the tables'
+"filled" markers make the model not ready until it does), so after the
+restart ps:1's shard of each table holds every id of that checkpoint's
+buckets for the shard (training only adds ids here), and the job ends with
+every task exit 0.
+"""
+
+import os
+import time
+
+import pytest
+import tensorflow as tf
+
+from ps_toolkit.cluster.preflight import reachable
+from ps_toolkit.dynamic_embedding import keys
+from ps_toolkit.dynamic_embedding.hash_tables import HashTable
+from ps_toolkit.launch.local_cluster import LocalCluster
+from tests import logwatch
+
+pytestmark = pytest.mark.slow
+EXAMPLE = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "examples", "dynamic_clicks")
+TABLES = ("model/user", "model/item")
+
+
+def _checkpoint_ids(checkpoint: str, table: str, shard: int, num_shards: int) -> set:
+    """The ids the checkpoint holds rows for in the buckets of ``shard``."""
+    reader = tf.train.load_checkpoint(checkpoint)
+    ids = set()
+    for bucket in keys.buckets_of_shard(shard, num_shards):
+        ids.update(reader.get_tensor(f"{table}/rows/bucket_{bucket:02d}/keys").tolist())
+    return ids
+
+
+def _live_ids(address: str, table: str, shard: int, num_shards: int) -> set:
+    """The ids whose rows the running ps ``shard`` holds now (read by a session on that ps)."""
+    graph = tf.Graph()
+    with graph.as_default():
+        rows = HashTable(f"{table}/shard_{shard}_of_{num_shards}/rows", tf.int64, tf.float32, [8], 0, "/job:ps/task:1")
+        ids, _ = rows.export()
+        with tf.compat.v1.Session(f"grpc://{address}", graph=graph) as session:
+            return set(session.run(ids).tolist())
+
+
+def test_a_restarted_ps_gets_its_table_shards_back_from_the_checkpoint(tmp_path):
+    # Enough steps that the chief is still training at the kill, however long its own start took:
+    # worker 1 may train alone at a hundred steps/s or more meanwhile.
+    steps = 6000
+    checkpoint_dir = str(tmp_path / "ckpt")
+    args = [
+        "--model_fn=dynamic_clicks:model_fn",
+        "--input_fn=dynamic_clicks:input_fn",
+        "--optimizer=adagrad",
+        "--learning_rate=0.5",
+        "--batch_size=64",
+        f"--train_steps={steps}",
+        f"--checkpoint_dir={checkpoint_dir}",
+        "--save_checkpoint_steps=40",
+        "--watchdog_secs=60",
+        "--ps_orphan_timeout_secs=30",
+    ]
+    env = {"PYTHONPATH": EXAMPLE}
+    with LocalCluster(num_ps=2, num_workers=2, train_args=args, log_dir=str(tmp_path / "logs"), env=env) as local:
+        chief = local.log_path("worker", 0)
+        before = logwatch.wait_for_step(chief, 150, timeout=300)
+        assert before["global_step"] < steps - 2000, f"training nearly over before the kill: {before}"
+        local.kill("ps", 1)
+        # The chief's session fails with ps:1 gone: no checkpoint is written until it restored one.
+        restored = tf.train.latest_checkpoint(checkpoint_dir)
+        local.restart("ps", 1)
+        address = local.addresses["ps:1"]
+        logwatch.wait_until(lambda: reachable(address), 60, f"ps:1 serving at {address}")
+        restarted_at = time.time()
+        restored_step = int(restored.rsplit("-", 1)[1])
+        logwatch.wait_for_step(chief, restored_step + 20, timeout=180, after_time=restarted_at)
+        for table in TABLES:
+            saved = _checkpoint_ids(restored, table, 1, 2)
+            live = _live_ids(address, table, 1, 2)
+            assert saved, f"{restored} holds no {table} rows for shard 1"
+            missing = saved - live
+            assert not missing, f"{len(missing)} of {len(saved)} ids of {restored} not on the restarted ps:1 ({table})"
+        codes = local.wait(["worker", "ps"], timeout_secs=300)
+        assert set(codes.values()) == {0}, codes
+        assert local.restarts["ps:1"] == 1
