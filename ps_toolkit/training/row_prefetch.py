@@ -44,7 +44,7 @@ class PrefetchedRows:
             name: Prefix of the cache variables' names.
         """
         self.table, self.dim = table, dim
-        self.parts = sparse_lookup._parts(table)
+        self.parts = sparse_lookup.table_parts(table)
         self._keys = _local_variable(f"{name}/keys", tf.int64, [0])
         self._positions = _local_variable(f"{name}/positions", tf.int32, [0])
         self._ids_shape = _local_variable(f"{name}/ids_shape", tf.int32, [1])
@@ -91,7 +91,7 @@ class PrefetchedRows:
             The op that fills the cache (run one once before the first step too), and the pulled
             rows: this run's push must depend on them, so the next step's rows predate it.
         """
-        lookup = sparse_lookup._Lookup(self.table, tf.convert_to_tensor(next_ids), unique=True)
+        lookup = sparse_lookup.TableLookup(self.table, tf.convert_to_tensor(next_ids), unique=True)
         lookup.fetch_alone(wire_dtype)
         with tf.control_dependencies(self._reads + [lookup.rows]):
             fill = tf.group(

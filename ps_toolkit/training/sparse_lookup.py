@@ -76,7 +76,7 @@ def embedding_lookups(tables: Sequence, ids: Sequence[tf.Tensor], options: Looku
         raise ValueError(f"embedding_lookups needs one ids tensor per table; got {len(tables)} tables, {len(ids)} ids")
     options = options or current_options()
     lookups = [
-        _Lookup(table, tf.convert_to_tensor(i), options.unique_ids) for table, i in zip(tables, ids, strict=True)
+        TableLookup(table, tf.convert_to_tensor(i), options.unique_ids) for table, i in zip(tables, ids, strict=True)
     ]
     if options.group_by_ps:
         _fetch_grouped(lookups, options.wire_dtype)
@@ -86,7 +86,7 @@ def embedding_lookups(tables: Sequence, ids: Sequence[tf.Tensor], options: Looku
     return [lookup.result() for lookup in lookups]
 
 
-class _Lookup:
+class TableLookup:
     """One table's lookup: its distinct ids, split by table part, and the rows fetched for them."""
 
     def __init__(self, table, ids: tf.Tensor, unique: bool):
@@ -96,7 +96,7 @@ class _Lookup:
             self.keys, self.positions = tf.unique(flat, out_idx=tf.int32)
         else:
             self.keys, self.positions = flat, None
-        self.parts = _parts(table)
+        self.parts = table_parts(table)
         self.rows = None  # [len(keys), dim] once fetched
         self.pieces: list[tuple] = []  # (part variable, local ids, where its rows go among the keys)
         if self.parts is not None:
@@ -115,6 +115,7 @@ class _Lookup:
         self.pieces = [(part, ids, at) for (part, _), ids, at in zip(self.parts, local_ids, where, strict=True)]
 
     def fetch_alone(self, wire_dtype: str) -> None:
+        """Fetches this table's rows with a pull of its own per table part (not grouped by ps)."""
         if self.parts is None:
             self.rows = tf.gather(self.table, self.keys)
             return
@@ -128,11 +129,12 @@ class _Lookup:
         self.rows = tf.dynamic_stitch([at for _, _, at in self.pieces], rows_per_piece)
 
     def result(self) -> tf.Tensor:
+        """The rows in the ids' order and shape: ``ids.shape + [dim]``."""
         rows = self.rows if self.positions is None else tf.gather(self.rows, self.positions)
         return tf.reshape(rows, tf.concat([tf.shape(self.ids), tf.shape(rows)[-1:]], 0))
 
 
-def _parts(table) -> list[tuple] | None:
+def table_parts(table) -> list[tuple] | None:
     """(variable, first row) of each part of a table on the ps; None for a tensor (looked up where it is)."""
     if isinstance(table, tf.Tensor):
         return None
@@ -154,7 +156,7 @@ def _to_worker(rows):
     return tf.cast(rows, tf.float32) if rows.dtype != tf.float32 else rows
 
 
-def _fetch_grouped(lookups: list[_Lookup], wire_dtype: str) -> None:
+def _fetch_grouped(lookups: list[TableLookup], wire_dtype: str) -> None:
     """All the pieces held by one ps: their ids in one tensor there, their rows in one tensor back."""
     by_device: dict[str, list] = {}
     for n, lookup in enumerate(lookups):
