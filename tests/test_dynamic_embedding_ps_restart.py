@@ -1,4 +1,4 @@
-"""A ps holding table shards is killed mid-run and restarted: its shards come back from the checkpoint.
+"""Drills on a model with dynamic tables: a ps holding table shards, a worker and the chief killed mid-run.
 
 Real processes (LocalCluster: 2 ps + 2 workers, the dynamic_clicks model,
 no eviction). ps:1 is killed (SIGKILL) and started again on its port with
@@ -6,7 +6,8 @@ empty tables. The chief must restore the newest checkpoint (the tables'
 "filled" markers make the model not ready until it does), so after the
 restart ps:1's shard of each table holds every id of that checkpoint's
 buckets for the shard (training only adds ids here), and the job ends with
-every task exit 0.
+every task exit 0. A killed worker, then a killed chief, restarted, rejoin and the
+chief keeps the tables the ps still hold (no restore), as for dense variables.
 """
 
 import os
@@ -45,25 +46,51 @@ def _live_ids(address: str, table: str, shard: int, num_shards: int) -> set:
             return set(session.run(ids).tolist())
 
 
-def test_a_restarted_ps_gets_its_table_shards_back_from_the_checkpoint(tmp_path):
-    # Enough steps that the chief is still training at the kill, however long its own start took:
-    # worker 1 may train alone at a hundred steps/s or more meanwhile.
-    steps = 6000
-    checkpoint_dir = str(tmp_path / "ckpt")
+# Enough steps that the chief is still training at a kill, however long its own start took:
+# worker 1 may train alone at a hundred steps/s or more meanwhile.
+STEPS = 6000
+
+
+def _cluster(tmp_path, checkpoint_dir: str) -> LocalCluster:
     args = [
         "--model_fn=dynamic_clicks:model_fn",
         "--input_fn=dynamic_clicks:input_fn",
         "--optimizer=adagrad",
         "--learning_rate=0.5",
         "--batch_size=64",
-        f"--train_steps={steps}",
+        f"--train_steps={STEPS}",
         f"--checkpoint_dir={checkpoint_dir}",
         "--save_checkpoint_steps=40",
         "--watchdog_secs=60",
         "--ps_orphan_timeout_secs=30",
     ]
     env = {"PYTHONPATH": EXAMPLE}
-    with LocalCluster(num_ps=2, num_workers=2, train_args=args, log_dir=str(tmp_path / "logs"), env=env) as local:
+    return LocalCluster(num_ps=2, num_workers=2, train_args=args, log_dir=str(tmp_path / "logs"), env=env)
+
+
+def test_a_killed_worker_and_a_killed_chief_rejoin_and_the_tables_are_kept(tmp_path):
+    with _cluster(tmp_path, str(tmp_path / "ckpt")) as local:
+        chief = local.log_path("worker", 0)
+        before = logwatch.wait_for_step(chief, 150, timeout=300)
+        assert before["global_step"] < STEPS - 3000, f"training nearly over before the kills: {before}"
+        local.kill("worker", 1)
+        local.restart("worker", 1)
+        logwatch.wait_for_step(local.log_path("worker", 1), 1, timeout=120, after_time=time.time())
+        local.kill("worker", 0)
+        local.restart("worker", 0)
+        restarted_at = time.time()
+        after = logwatch.wait_for_step(chief, 1, timeout=120, after_time=restarted_at)
+        kept = logwatch.read_log(chief)
+        assert "parameter servers still hold the model" in kept, kept[-2000:]
+        assert after["global_step"] >= before["global_step"], (before, after)
+        codes = local.wait(["worker", "ps"], timeout_secs=300)
+        assert set(codes.values()) == {0}, codes
+
+
+def test_a_restarted_ps_gets_its_table_shards_back_from_the_checkpoint(tmp_path):
+    steps = STEPS
+    checkpoint_dir = str(tmp_path / "ckpt")
+    with _cluster(tmp_path, checkpoint_dir) as local:
         chief = local.log_path("worker", 0)
         before = logwatch.wait_for_step(chief, 150, timeout=300)
         assert before["global_step"] < steps - 2000, f"training nearly over before the kill: {before}"
