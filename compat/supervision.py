@@ -24,6 +24,7 @@ import weakref
 
 import tensorflow as tf
 
+from ps_toolkit.base.errors import error_summary
 from ps_toolkit.task.sessions import FastWorkerSessionCreator
 from ps_toolkit.training.sync_hooks import SyncReleaseHook, release_tokens_op
 from ps_toolkit_compat import progress_hook, tf_internals
@@ -106,7 +107,7 @@ def release_sync_replicas(session) -> None:
     try:
         session.run(ops, options=_v1.RunOptions(timeout_in_ms=_RELEASE_TIMEOUT_MS))
     except (tf.errors.OpError, RuntimeError) as err:
-        log.warning("could not release the sync replicas: %s", str(err).splitlines()[0])
+        log.warning("could not release the sync replicas: %s", error_summary(str(err)))
 
 
 def _release_on_close(session, supervisor):

@@ -5,6 +5,7 @@ from types import SimpleNamespace
 import pytest
 import tensorflow as tf
 
+from ps_toolkit.base.errors import error_summary
 from ps_toolkit.cluster.config import ClusterConfig
 from ps_toolkit.task.roles import trainer
 
@@ -44,3 +45,9 @@ def test_a_step_cancelled_by_a_peers_restart_is_not_an_error():
 def test_any_other_cancelled_step_is_an_error():
     with pytest.raises(tf.errors.CancelledError):
         _run_step(_Session("Graph execution error:\nCANCELLED: Run call was cancelled"))
+
+
+def test_an_error_is_summed_up_by_its_first_telling_line():
+    assert error_summary(PEER_RESTARTED) == "CANCELLED: From /job:worker/replica:0/task:1:"
+    assert error_summary("Graph execution error:\n\nDeadline Exceeded") == "Deadline Exceeded"
+    assert error_summary("plain") == "plain" and error_summary("") == ""

@@ -77,6 +77,11 @@ OLD_SCRIPT_NOISE = [
     "Additional GRPC error information from remote target /job:worker/replica:0/task:0 while calling /tensorflow.Wo",
     ':UNKNOWN:Error received from peer  {grpc_status:14, grpc_message:"failed to connect to all addresses"}',
     "I0000 00:00:1795716449.241979    5871 placer.cc:162] mul: (Mul): /job:worker/replica:0/task:0/device:CPU:0",
+    # A graph with shared resources (a dynamic table's markers) written to an events file.
+    "W1126 23:20:03.226649 140693859310464 meta_graph.py:448] Issue encountered when serializing resources.",
+    "Type is unsupported, or the types of the items don't match field type in CollectionDef. Note this is a "
+    "warning and probably safe to ignore.",
+    "'_Resource' object has no attribute 'name'",
 ]
 
 

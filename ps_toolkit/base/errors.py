@@ -73,3 +73,23 @@ class PortInUseError(ConfigError):
     """This task's port is taken."""
 
     exit_code = EXIT_PORT_IN_USE
+
+
+# What TensorFlow 2.x puts on the first line of an error raised by a graph's run: the cause follows.
+_GRAPH_EXECUTION_ERROR = "Graph execution error:"
+
+
+def error_summary(message: str) -> str:
+    """The first line of a TensorFlow error that says what went wrong.
+
+    Not its "Graph execution error:" header, nor a rule of "=" signs.
+
+    Args:
+        message: An error's text (``OpError.message`` or ``str(error)``).
+
+    Returns:
+        Its first line with a word in it other than TensorFlow's header.
+    """
+    lines = [line.strip() for line in message.splitlines() if line.strip()]
+    telling = [line for line in lines if line != _GRAPH_EXECUTION_ERROR and any(c.isalnum() for c in line)]
+    return (telling or lines or [""])[0]

@@ -25,6 +25,10 @@ CONTINUATIONS = (
     "Colocation group had the following types and supported devices:",
     "Root Member(",
     "Colocation members, user-requested devices, and framework assigned devices, if any:",
+    # meta_graph's "Issue encountered when serializing resources." (a graph with shared resources, as a
+    # dynamic table's markers, written to an events file): its reason follows on lines of their own.
+    "Type is unsupported, or the types of the items don't match field type in CollectionDef",
+    "'_Resource' object has no attribute",
 )
 # A colocation dump's "op type: the device types with its kernels" line ("VariableV2: CPU GPU ").
 KERNEL_DEVICES = re.compile(r"^[A-Za-z0-9_]+: (?:[A-Z][A-Z0-9_]* )*$")

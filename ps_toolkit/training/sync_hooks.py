@@ -6,6 +6,7 @@ import logging
 
 import tensorflow as tf
 
+from ps_toolkit.base.errors import error_summary
 from ps_toolkit.training.queue_runners import WakingQueueRunner
 
 # Ops the chief runs when it is about to initialize or restore the model (not when it keeps the
@@ -31,7 +32,7 @@ class SyncReleaseHook(tf.compat.v1.train.SessionRunHook):
         try:
             session.run(self._release_op, options=tf.compat.v1.RunOptions(timeout_in_ms=5000))
         except tf.errors.OpError as err:
-            log.warning("could not release the sync replicas: %s", err.message.splitlines()[0])
+            log.warning("could not release the sync replicas: %s", error_summary(err.message))
 
 
 class SyncReplicasHook(tf.compat.v1.train.SessionRunHook):
