@@ -1,6 +1,6 @@
 """Benchmarks ps_toolkit against a raw TF1 between-graph script, TF2's ParameterServerStrategy and one process.
 
-    python scripts/benchmark.py --quick --out=/tmp/bench     # the targets' configurations, < 10 min
+    python scripts/benchmark.py --quick --out=/tmp/bench     # the targets' configurations, one round
     python scripts/benchmark.py --out=/tmp/bench             # every model x topology x mode
 
 Writes OUT/results.json, OUT/results.md and OUT/results.png (docs/performance.md
