@@ -27,8 +27,12 @@ def run_task(
     load_definition: Callable[[], ModelDefinition],
     *,
     ps_orphan_timeout_secs: float,
+    ends_with_exit: bool = False,
 ) -> dict:
     """Runs this task's role to its end and prints its result line; returns the result.
+
+    ``ends_with_exit``: the caller ends the process with os._exit right after
+    (run_task.py), so closing sessions need not be waited for past a bound.
 
     ``load_definition`` is called only by the tasks that build the model, and
     before their server starts: a missing module, data set or a model_fn that
@@ -54,7 +58,7 @@ def run_task(
         else:
             if cluster.is_chief and config.export_dir:
                 model_check.check_export_definition(definition, cluster, config)
-            result = _train(cluster, config, definition, partitioner)
+            result = _train(cluster, config, definition, partitioner, ends_with_exit)
     print_result(result)
     return result
 
@@ -71,7 +75,9 @@ def _serve(cluster: ClusterConfig, ps_orphan_timeout_secs: float) -> dict:
     }
 
 
-def _train(cluster: ClusterConfig, config: TrainConfig, definition: ModelDefinition, partitioner) -> dict:
+def _train(
+    cluster: ClusterConfig, config: TrainConfig, definition: ModelDefinition, partitioner, ends_with_exit: bool
+) -> dict:
     from ps_toolkit.task import checkpoints
     from ps_toolkit.task.roles import trainer
 
@@ -87,7 +93,11 @@ def _train(cluster: ClusterConfig, config: TrainConfig, definition: ModelDefinit
         return servers[0].target
 
     done = ps_role.DoneSignalHook(cluster)
-    result = trainer.train(cluster, start_server, config, definition, session_config, final_hooks=[done])
+    # A process that ends with os._exit may leave its sessions' closes running; one that exits normally may not.
+    bounded = ends_with_exit
+    result = trainer.train(
+        cluster, start_server, config, definition, session_config, final_hooks=[done], bound_session_close=bounded
+    )
     # Close the chief's summary writers now: nothing must depend on interpreter exit.
     tf_summary_writers_flush()
     if not done.sent:

@@ -49,6 +49,7 @@ def run(cluster: ClusterConfig, config: TrainConfig) -> None:
         config,
         lambda: cli.model_definition_from_flags(config),
         ps_orphan_timeout_secs=flags.FLAGS.ps_orphan_timeout_secs,
+        ends_with_exit=True,  # _main ends with startup.finish (os._exit)
     )
 
 

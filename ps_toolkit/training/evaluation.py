@@ -124,6 +124,8 @@ class FinalEvaluationHook(tf.compat.v1.train.SessionRunHook):
         self._warm = _WarmSession()
         # Evaluated on a thread (start, finish) instead of in end(): FinalEvaluationStart sets it.
         self.background = False
+        # Close the session within session_close's bound (set by the trainer for task processes only).
+        self.bound_close = False
         self._thread: threading.Thread | None = None
         self._error: BaseException | None = None
         self.metrics: dict | None = None
@@ -190,8 +192,10 @@ class FinalEvaluationHook(tf.compat.v1.train.SessionRunHook):
                 self.on_start()
             self.metrics = eval_graph.run(eval_session, self._max_batches, self._bound_secs, self.on_batch)
         finally:
-            # The task ends soon after: a close held by a slow peer must not hold the job's end.
-            session_close.call_within(eval_session.close, what="closing the final evaluation's session")
+            if self.bound_close:  # a task that ends with os._exit: a close held by a slow peer must not hold it
+                session_close.call_within(eval_session.close, what="closing the final evaluation's session")
+            else:
+                eval_session.close()
         log.info(
             "final evaluation: session %.2f s (%s), batches %.2f s",
             opened - started,

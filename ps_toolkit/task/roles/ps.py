@@ -20,7 +20,6 @@ import time
 
 import tensorflow as tf
 
-from ps_toolkit.base import session_close
 from ps_toolkit.base.errors import PS_ORPHAN_TIMEOUT_SECS, ConfigError, OrphanedError
 from ps_toolkit.cluster.config import ELASTIC_WORKERS_FROM_ENV, PS, WORKER, ClusterConfig
 from ps_toolkit.cluster.preflight import connect, reachable
@@ -82,24 +81,17 @@ def signal_done(cluster: ClusterConfig, target: str) -> None:
     """Tells every ps that this replica has finished, through a session of its own. Bounded; never raises."""
     if not cluster.num_ps:
         return
-    bound = _SIGNAL_DONE_TIMEOUT_MS / 1000 + session_close.CLOSE_BOUND_SECS
-    # Making the session waits on every ps, outside the run's timeout: the whole signal is bounded.
-    session_close.call_within(lambda: _send_done(cluster, target), bound, f"{cluster.device}'s done signal")
-
-
-def _send_done(cluster: ClusterConfig, target: str) -> None:
     graph = tf.Graph()
     with graph.as_default():
         token = tf.constant(cluster.replica_index, tf.int32)
         enqueues = [_done_queue(i).enqueue(token) for i in range(cluster.num_ps)]
     options = tf.compat.v1.RunOptions(timeout_in_ms=_SIGNAL_DONE_TIMEOUT_MS)
-    session = tf.compat.v1.Session(target, graph=graph, config=session_config(cluster))
+    config = session_config(cluster)
     try:
-        session.run(enqueues, options=options)
+        with tf.compat.v1.Session(target, graph=graph, config=config) as sess:
+            sess.run(enqueues, options=options)
     except tf.errors.OpError as err:
         log.warning("%s could not tell the ps it is done: %s", cluster.device, err.message.splitlines()[0])
-    finally:
-        session_close.call_within(session.close, what=f"closing {cluster.device}'s done-signal session")
 
 
 def serve_until_done(

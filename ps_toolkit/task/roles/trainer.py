@@ -41,19 +41,22 @@ log = logging.getLogger(__name__)
 PROGRESS_LINES_PER_RUN = 50
 
 
-def _session_creator(cluster, config, graph, target, session_config):
+def _session_creator(cluster, config, graph, target, session_config, bound_session_close: bool):
     if cluster.is_chief:
         creator = LiveStateChiefSessionCreator(
             graph.scaffold, target, session_config, config.checkpoint_dir, config.readiness_poll_secs
         )
     else:
         creator = FastWorkerSessionCreator(graph.scaffold, target, session_config, config.readiness_poll_secs)
+    if not bound_session_close:
+        return creator
     return _BoundedCloseCreator(creator, what=f"{cluster.device}'s training session")
 
 
 class _BoundedCloseCreator(tf.compat.v1.train.SessionCreator):
-    """``creator``'s sessions, each closing within ``session_close.CLOSE_BOUND_SECS``: this task ends
-    (os._exit) soon after, and a close that waits on a slow peer would hold the job's end."""
+    """``creator``'s sessions, each closing within ``session_close.CLOSE_BOUND_SECS``: for a task that
+    ends with os._exit soon after, where a close that waits on a slow peer would hold the job's end.
+    Not for a process that exits normally: a close left running in TensorFlow aborts its exit."""
 
     def __init__(self, creator: tf.compat.v1.train.SessionCreator, what: str):
         self._creator, self._what = creator, what
@@ -133,6 +136,7 @@ def train(
     session_config=None,
     on_progress=None,
     final_hooks=(),
+    bound_session_close: bool = False,
 ) -> dict:
     """Trains this replica until the global step reaches ``config.train_steps``.
 
@@ -144,6 +148,9 @@ def train(
     (``FinalEvaluationHook``): an EVAL mode that breaks it ends the task then.
     ``final_hooks`` come after every other hook: their ``end`` runs once the
     final checkpoint and evaluation are done, before the session closes.
+    ``bound_session_close``: the sessions' closes wait 0.25 s at most, for a
+    task process that ends with os._exit (run_task.py's); never in a process
+    that exits normally.
 
     Returns the task's result record: job, task, global_step, local_steps,
     first_loss, final_loss, eval (every metric of the final evaluation, when
@@ -164,8 +171,11 @@ def train(
         if maintenance is not None:
             progress.add_fields(maintenance.progress_fields)
         evaluation = _final_evaluation(cluster, config, definition, graph, target, session_config)
+        if evaluation is not None:
+            evaluation.bound_close = bound_session_close
         hooks = [*_hooks(cluster, config, graph, progress, evaluation), *final_hooks]
-        _run_session(cluster, target, config, graph, hooks, progress, session_config, evaluation)
+        creator = _session_creator(cluster, config, graph, target, session_config, bound_session_close)
+        _run_session(cluster, target, creator, config, graph, hooks, progress, session_config, evaluation)
         if progress.local_steps:
             progress.emit()
         metrics = evaluation.metrics if evaluation else None
@@ -253,10 +263,9 @@ def _hooks(
     return [FinalEvaluationStart(evaluation), *hooks, FinalEvaluationJoin(evaluation)]
 
 
-def _run_session(cluster, target, config, graph: TrainGraph, hooks, progress, session_config, evaluation) -> None:
+def _run_session(cluster, target, creator, config, graph: TrainGraph, hooks, progress, session_config, evaluation):
     """The MonitoredSession loop, under the watchdog, until a hook asks to stop; the final ``evaluation``'s
     batches count as progress, and a stall in it is named as its own."""
-    creator = _session_creator(cluster, config, graph, target, session_config)
     waiting_for = "the chief to initialize or restore the model" if not cluster.is_chief else "the ps tasks"
     with ProgressWatchdog(
         cluster, timeout_secs=config.watchdog_secs, waiting_for=waiting_for, sync_replicas=config.sync_replicas
