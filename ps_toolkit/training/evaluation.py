@@ -112,6 +112,7 @@ class FinalEvaluationHook(tf.compat.v1.train.SessionRunHook):
         session_config=None,
         max_batches: int | None = None,
         bound_secs: float | None = None,
+        bound_close: bool = False,
     ):
         self._definition, self._target, self._device = definition, target, device
         self._partitioner, self._session_config, self._max_batches = partitioner, session_config, max_batches
@@ -124,8 +125,8 @@ class FinalEvaluationHook(tf.compat.v1.train.SessionRunHook):
         self._warm = _WarmSession()
         # Evaluated on a thread (start, finish) instead of in end(): FinalEvaluationStart sets it.
         self.background = False
-        # Close the session within session_close's bound (set by the trainer for task processes only).
-        self.bound_close = False
+        # Close the session within session_close's bound: only in a task process that ends with os._exit.
+        self._bound_close = bound_close
         self._thread: threading.Thread | None = None
         self._error: BaseException | None = None
         self.metrics: dict | None = None
@@ -192,7 +193,7 @@ class FinalEvaluationHook(tf.compat.v1.train.SessionRunHook):
                 self.on_start()
             self.metrics = eval_graph.run(eval_session, self._max_batches, self._bound_secs, self.on_batch)
         finally:
-            if self.bound_close:  # a task that ends with os._exit: a close held by a slow peer must not hold it
+            if self._bound_close:  # a close held by a slow peer must not hold the task's end
                 session_close.call_within(eval_session.close, what="closing the final evaluation's session")
             else:
                 eval_session.close()

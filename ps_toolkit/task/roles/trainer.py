@@ -170,9 +170,7 @@ def train(
         maintenance = next((h for h in graph.hooks if isinstance(h, dynamic_embedding.TableMaintenanceHook)), None)
         if maintenance is not None:
             progress.add_fields(maintenance.progress_fields)
-        evaluation = _final_evaluation(cluster, config, definition, graph, target, session_config)
-        if evaluation is not None:
-            evaluation.bound_close = bound_session_close
+        evaluation = _final_evaluation(cluster, config, definition, graph, target, session_config, bound_session_close)
         hooks = [*_hooks(cluster, config, graph, progress, evaluation), *final_hooks]
         creator = _session_creator(cluster, config, graph, target, session_config, bound_session_close)
         _run_session(cluster, target, creator, config, graph, hooks, progress, session_config, evaluation)
@@ -220,6 +218,7 @@ def _final_evaluation(
     graph: TrainGraph,
     target: str,
     session_config,
+    bound_session_close: bool,
 ) -> FinalEvaluationHook | None:
     """The hook that evaluates the model at the end (``config.eval_steps`` batches at most), when it has an
     eval_input_fn and this replica evaluates (``config.final_evaluation``); else None."""
@@ -233,6 +232,7 @@ def _final_evaluation(
         session_config=session_config,
         max_batches=config.eval_steps,
         bound_secs=config.watchdog_secs or None,
+        bound_close=bound_session_close,
     )
 
 
