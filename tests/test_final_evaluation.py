@@ -11,6 +11,7 @@ from ps_toolkit.cluster.config import ClusterConfig
 from ps_toolkit.launch.local_cluster import InProcessCluster
 from ps_toolkit.models import classifiers
 from ps_toolkit.task.roles import trainer
+from ps_toolkit.training import evaluation
 from ps_toolkit.training.config import TrainConfig
 from ps_toolkit.training.model_api import ModeKeys, ModelSpec
 
@@ -156,3 +157,24 @@ def test_a_local_variable_a_training_hook_makes_in_begin_is_initialized(tmp_path
     definition = dataclasses.replace(SOFTMAX, model_fn=_with_local_variable_hook)
     result = _train(definition, tmp_path, num_ps=1, train_steps=20, steps_per_run=20)
     assert result["global_step"] == 20, result
+
+
+class _StaleSession:
+    """A warmed session whose handles a restarted ps no longer knows: every run is aborted."""
+
+    def __init__(self):
+        self.closed = False
+
+    def run(self, *args, **kwargs):
+        raise tf.errors.AbortedError(None, None, "Session handle is not found. Possibly this worker just restarted.")
+
+    def close(self):
+        self.closed = True
+
+
+def test_a_warmed_session_a_ps_restart_aborted_is_replaced_by_a_new_one(tmp_path, monkeypatch):
+    stale = _StaleSession()
+    monkeypatch.setattr(evaluation._WarmSession, "take", lambda self, bound_secs: stale)
+    result = _train(SOFTMAX, tmp_path, num_ps=1, train_steps=40, steps_per_run=20)
+    assert stale.closed
+    assert result["eval"]["accuracy"] > 0.5, result
