@@ -37,6 +37,11 @@ _CTR_LEVERS = flags.DEFINE_boolean(
     "ctr_levers", False, "Also ps_toolkit on the ctr model with each of its levers changed alone (zipf1.05)."
 )
 _CTR_TF2_UNIFORM = flags.DEFINE_boolean("ctr_tf2_uniform", True, "TF2's strategy on the ctr model's uniform ids too.")
+_TASK_LOGS = flags.DEFINE_string(
+    "task_logs",
+    None,
+    "Keep each run's task logs (stderr) in a subfolder of this folder, to diagnose a figure.",
+)
 
 
 def _main(argv):
@@ -61,6 +66,7 @@ def _main(argv):
         budget_s=budget,
         measure_s=_MEASURE_S.value,
         count_loopback=network is not None,
+        task_logs_dir=_TASK_LOGS.value,
     )
     records = run_plan(configs, limits)
     from benchmarks import main_job

@@ -98,6 +98,7 @@ def run_cluster(
     end_after_warm: tuple | None = None,
     wait_for_event: str | None = None,
     count_loopback: bool = False,
+    keep_logs_in: str | None = None,
 ) -> ClusterOutcome:
     """Starts ``tasks``, waits for training to end and every process to exit (bounded), kills the rest.
 
@@ -106,6 +107,7 @@ def run_cluster(
     but not before some task printed a ``wait_for_event`` marker, when given.
     ``count_loopback``: at each marker also read the bytes sent on loopback so far
     (``TaskResult.loopback_samples``); meaningful only in a private network namespace.
+    ``keep_logs_in``: a folder where each task's stderr is written, as ``<task>.log``, and kept.
     """
     python_path = os.pathsep.join(dict.fromkeys((CHECKOUT, PACKAGE_PARENT)))  # the benchmarks, then ps_toolkit
     env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", PYTHONUNBUFFERED="1", PYTHONPATH=python_path)
@@ -117,7 +119,7 @@ def run_cluster(
     deadline = time.monotonic() + timeout_s
     # A fresh server per run: its import is charged to this run, as a launch pays it.
     server = ForkServer(env) if any(task.fork for task in tasks) else None
-    run = _Run(env, server, count_loopback)
+    run = _Run(env, server, count_loopback, keep_logs_in)
     try:
         for task in tasks:
             if task.start_after is None:
@@ -139,8 +141,10 @@ def run_cluster(
 class _Run:
     """The started tasks of one run: their processes (one ProcessGroup), stdout lines, stderr logs, results."""
 
-    def __init__(self, env: dict, server: ForkServer | None, count_loopback: bool = False):
-        self.env, self.server, self.count_loopback = env, server, count_loopback
+    def __init__(
+        self, env: dict, server: ForkServer | None, count_loopback: bool = False, keep_logs_in: str | None = None
+    ):
+        self.env, self.server, self.count_loopback, self.keep_logs_in = env, server, count_loopback, keep_logs_in
         self.results: dict[str, TaskResult] = {}  # started tasks only
         self.group = ProcessGroup(ExecStarter(), stop_grace_secs=0.0)
         self._logs: dict = {}
@@ -150,7 +154,11 @@ class _Run:
     def start(self, task: Task) -> None:
         """Forks the task from the run's server, or execs it (also when the server refused: one warning line)."""
         self.results[task.name] = TaskResult(task)
-        log = self._logs[task.name] = tempfile.TemporaryFile(mode="w+")  # noqa: SIM115 - closed in end()
+        if self.keep_logs_in is None:
+            log = tempfile.TemporaryFile(mode="w+")  # noqa: SIM115 - closed in end()
+        else:
+            log = open(os.path.join(self.keep_logs_in, f"{task.name}.log"), "w+")  # noqa: SIM115 - closed in end()
+        self._logs[task.name] = log
         argv, env = [sys.executable, *task.argv], {**self.env, **task.env}
         options = {"env": env, "stdout": subprocess.PIPE, "stderr": log, "cwd": CHECKOUT}
         proc = None

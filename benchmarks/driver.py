@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import os
 import shutil
 import tempfile
 import time
@@ -24,6 +25,7 @@ class Limits:
     exit_grace_s: float = 10.0  # after training ends, a process still running this long is killed
     measure_s: float = 4.0  # timing window of runs measured by time (the raw script)
     count_loopback: bool = False  # the runs' loopback carries only their own traffic (a private namespace)
+    task_logs_dir: str | None = None  # each run's task logs are kept in a subfolder of this one
 
 
 def run_plan(configs: list, limits: Limits) -> list[dict]:
@@ -70,6 +72,7 @@ def run_once(config: systems.Config, limits: Limits, data_dir: str) -> measure.R
                 "timeout_s": limits.run_timeout_s,
                 "exit_grace_s": limits.exit_grace_s,
                 "count_loopback": limits.count_loopback,
+                "keep_logs_in": _run_logs_dir(limits.task_logs_dir, config),
             }
             options.update(systems.run_options(config, limits.measure_s))
             task_list = systems.tasks(config, list(reservation.ports), checkpoint_dir, data_dir)
@@ -77,6 +80,15 @@ def run_once(config: systems.Config, limits: Limits, data_dir: str) -> measure.R
         return measure.figures(outcome)
     finally:
         shutil.rmtree(checkpoint_dir, ignore_errors=True)
+
+
+def _run_logs_dir(task_logs_dir: str | None, config: systems.Config) -> str | None:
+    """A new folder under ``task_logs_dir`` named after the run's configuration and start time; None if not kept."""
+    if task_logs_dir is None:
+        return None
+    os.makedirs(task_logs_dir, exist_ok=True)
+    label = "".join(c if c.isalnum() or c in "._-" else "_" for c in _label(config))
+    return tempfile.mkdtemp(prefix=f"{time.strftime('%H%M%S')}-{label}-", dir=task_logs_dir)
 
 
 def record(config: systems.Config, runs: list, failures: list) -> dict:

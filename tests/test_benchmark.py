@@ -329,6 +329,13 @@ def test_cluster_run_starts_a_task_after_its_marker_and_keeps_every_line():
     assert [marker["event"] for marker, _ in ps0.cpu_samples + worker0.cpu_samples] == ["first_step", "done"]
 
 
+def test_cluster_run_keeps_each_tasks_log_where_told(tmp_path):
+    done = protocol.MARKER + json.dumps({"event": "done", "time": 0, "global_step": 1})
+    worker = Task("worker0", ["-c", f"import sys; print('last words', file=sys.stderr); print({done!r})"])
+    run_cluster([worker], timeout_s=60, exit_grace_s=0.5, keep_logs_in=str(tmp_path))
+    assert (tmp_path / "worker0.log").read_text() == "last words\n"
+
+
 def test_cluster_run_names_a_failed_task():
     worker = Task("worker0", ["-c", "import sys; print('trouble', file=sys.stderr); sys.exit(3)"])
     with pytest.raises(ClusterRunError, match="worker0 failed") as raised:
