@@ -22,7 +22,6 @@ from tests.taskrun import REPO
 
 pytestmark = pytest.mark.slow
 
-TRAIN_STEPS = 200
 JOB_TIMEOUT_SECS = 240
 NODE_CPUS = 2  # logical: each node offers two task slots, so a 3- or 4-task job needs both nodes
 
@@ -75,19 +74,8 @@ def launch_ray(address: str, env: dict, *args: str, log_dir: str) -> subprocess.
     return done
 
 
-def test_the_main_job_runs_to_a_clean_end_over_both_nodes(ray_cluster, tmp_path):
-    address, env = ray_cluster
-    log_dir = str(tmp_path / "run")
-    done = launch_ray(address, env, "--num_ps=1", "--num_workers=2", f"--train_steps={TRAIN_STEPS}", log_dir=log_dir)
-    assert done.returncode == 0, describe(done)
-    assert "launch_ray: 3 tasks on 2 node(s)" in done.stdout, describe(done)
-    rows = summary_rows(log_dir)
-    assert sorted(rows) == ["ps:0", "worker:0", "worker:1"], describe(done)
-    assert all(row[2:4] == ["0", "(finished)"] for row in rows.values()), rows
-    assert "launcher: succeeded: the chief (worker:0) finished with status 0" in done.stdout, describe(done)
-
-
-def test_a_user_model_fn_with_embeddings_over_two_ps(ray_cluster, tmp_path):
+def test_a_user_model_fn_with_embeddings_over_two_ps_runs_to_a_clean_end_over_both_nodes(ray_cluster, tmp_path):
+    """The built-in model's job runs in the kill and Ctrl-C tests below; this one, a user's model_fn, ends clean."""
     address, env = ray_cluster
     log_dir = str(tmp_path / "run")
     env = dict(env, PYTHONPATH=os.path.join(REPO, "tests", "user_models"))
@@ -97,6 +85,7 @@ def test_a_user_model_fn_with_embeddings_over_two_ps(ray_cluster, tmp_path):
     rows = summary_rows(log_dir)
     assert sorted(rows) == ["ps:0", "ps:1", "worker:0", "worker:1"], describe(done)
     assert all(row[2:4] == ["0", "(finished)"] for row in rows.values()), rows
+    assert "launcher: succeeded: the chief (worker:0) finished with status 0" in done.stdout, describe(done)
     # The two ps on the two nodes: SPREAD places the first bundles (the servers) apart.
     assert "launch_ray: 4 tasks on 2 node(s)" in done.stdout, describe(done)
 
