@@ -186,35 +186,35 @@ class FinalEvaluationHook(tf.compat.v1.train.SessionRunHook):
         started = time.monotonic()
         graph, eval_graph, own_variables_init = self._built or self._build()
         warmed = self._warm.take(self._bound_secs or WARM_UP_WAIT_SECS)
-        opened = time.monotonic()
-        if self.on_start is not None:
-            self.on_start()
         if warmed is not None:
             try:
-                self.metrics = self._run_and_close(warmed, eval_graph)
+                self._run_and_close(warmed, eval_graph, started, "warmed during training")
+                return
             except (tf.errors.AbortedError, tf.errors.UnavailableError) as err:
                 # A task restarted since the warm-up (a ps, with the variables restored from a checkpoint):
                 # the warmed session's handles on it are gone. A session opened now sees the new task.
                 log.info("the final evaluation's warmed session failed (%s); evaluating in a new session", err)
-                warmed = None
-        if warmed is None:
-            eval_session = self._open_session(graph, eval_graph, own_variables_init)
-            self.metrics = self._run_and_close(eval_session, eval_graph)
-        log.info(
-            "final evaluation: session %.2f s (%s), batches %.2f s",
-            opened - started,
-            "warmed during training" if warmed else "opened at the end",
-            time.monotonic() - opened,
-        )
+        session = self._open_session(graph, eval_graph, own_variables_init)
+        self._run_and_close(session, eval_graph, started, "opened at the end")
 
-    def _run_and_close(self, eval_session, eval_graph: EvalGraph) -> dict:
+    def _run_and_close(self, eval_session, eval_graph: EvalGraph, started: float, how_opened: str) -> None:
+        """Runs the evaluation in ``eval_session`` into ``metrics``, closes the session, logs the times."""
+        opened = time.monotonic()
+        if self.on_start is not None:
+            self.on_start()
         try:
-            return eval_graph.run(eval_session, self._max_batches, self._bound_secs, self.on_batch)
+            self.metrics = eval_graph.run(eval_session, self._max_batches, self._bound_secs, self.on_batch)
         finally:
             if self._bound_close:  # a close held by a slow peer must not hold the task's end
                 session_close.call_within(eval_session.close, what="closing the final evaluation's session")
             else:
                 eval_session.close()
+        log.info(
+            "final evaluation: session %.2f s (%s), batches %.2f s",
+            opened - started,
+            how_opened,
+            time.monotonic() - opened,
+        )
 
     def _open_session(self, graph, eval_graph: EvalGraph, own_variables_init):
         session = tf.compat.v1.Session(self._target, graph=graph, config=self._session_config)
