@@ -178,3 +178,39 @@ def test_a_warmed_session_a_ps_restart_aborted_is_replaced_by_a_new_one(tmp_path
     result = _train(SOFTMAX, tmp_path, num_ps=1, train_steps=40, steps_per_run=20)
     assert stale.closed
     assert result["eval"]["accuracy"] > 0.5, result
+
+
+class _RecordingSession:
+    """Passes every run to ``session`` and keeps what each one fetched."""
+
+    def __init__(self, session, fetched: list):
+        self._session, self._fetched = session, fetched
+
+    def run(self, fetches, *args, **kwargs):
+        self._fetched.append(fetches)
+        return self._session.run(fetches, *args, **kwargs)
+
+    def close(self):
+        self._session.close()
+
+
+def test_a_warmed_session_starts_its_data_and_metrics_again_before_the_end(tmp_path, monkeypatch):
+    """The end runs no initializer in a warmed session (that run once stalled seconds there), and still
+    counts every eval example exactly once: the warm-up's batch was reset during training."""
+    built, fetched_at_end = [], []
+    build = evaluation.build_eval_graph
+    monkeypatch.setattr(evaluation, "build_eval_graph", lambda *a, **k: built.append(build(*a, **k)) or built[-1])
+    take = evaluation._WarmSession.take
+
+    def take_recording(self, bound_secs):
+        warmed = take(self, bound_secs)
+        assert warmed is not None, "the warm-up did not run"
+        return _RecordingSession(warmed, fetched_at_end)
+
+    monkeypatch.setattr(evaluation._WarmSession, "take", take_recording)
+    definition = dataclasses.replace(SOFTMAX, model_fn=_counting_in_every_mode)
+    result = _train(definition, tmp_path, num_ps=1, train_steps=60, steps_per_run=20)
+    assert built and fetched_at_end
+    assert not [fetch for fetch in fetched_at_end if fetch is built[-1].initializer], fetched_at_end
+    examples = sum(int(labels.shape[0]) for _, labels in SOFTMAX.eval_input_fn())
+    assert result["eval"]["seen"] == examples, result

@@ -33,14 +33,23 @@ class EvalGraph:
     values: dict
     batches: tf.Tensor  # the dataset's cardinality: negative when infinite or unknown
 
-    def run(self, session, max_batches: int | None = None, bound_secs: float | None = None, on_batch=None) -> dict:
+    def run(
+        self,
+        session,
+        max_batches: int | None = None,
+        bound_secs: float | None = None,
+        on_batch=None,
+        initialized: bool = False,
+    ) -> dict:
         """Every metric over the eval dataset (at most ``max_batches`` batches), as floats.
 
         A dataset that repeats forever is refused; one whose length is unknown (a generator,
         a filter) is evaluated for at most ``bound_secs`` and refused past it. ``on_batch()``
-        is called after each batch (the watchdog counts it as progress).
+        is called after each batch (the watchdog counts it as progress). With ``initialized``,
+        the data and the metrics were started in ``session`` already (``initializer``).
         """
-        session.run(self.initializer)
+        if not initialized:
+            session.run(self.initializer)
         cardinality = session.run(self.batches)
         if max_batches is None and cardinality == tf.data.INFINITE_CARDINALITY:
             raise ConfigError("the eval_input_fn's dataset repeats forever; end it or give --eval_steps")
@@ -188,7 +197,7 @@ class FinalEvaluationHook(tf.compat.v1.train.SessionRunHook):
         warmed = self._warm.take(self._bound_secs or WARM_UP_WAIT_SECS)
         if warmed is not None:
             try:
-                self._run_and_close(warmed, eval_graph, started, "warmed during training")
+                self._run_and_close(warmed, eval_graph, started, "warmed during training", initialized=True)
                 return
             except (tf.errors.AbortedError, tf.errors.UnavailableError) as err:
                 # A task restarted since the warm-up (a ps, with the variables restored from a checkpoint):
@@ -197,13 +206,18 @@ class FinalEvaluationHook(tf.compat.v1.train.SessionRunHook):
         session = self._open_session(graph, eval_graph, own_variables_init)
         self._run_and_close(session, eval_graph, started, "opened at the end")
 
-    def _run_and_close(self, eval_session, eval_graph: EvalGraph, started: float, how_opened: str) -> None:
-        """Runs the evaluation in ``eval_session`` into ``metrics``, closes the session, logs the times."""
+    def _run_and_close(
+        self, eval_session, eval_graph: EvalGraph, started: float, how_opened: str, initialized: bool = False
+    ) -> None:
+        """Runs the evaluation in ``eval_session`` into ``metrics`` (its data and metrics already started
+        if ``initialized``), closes the session, logs the times."""
         opened = time.monotonic()
         if self.on_start is not None:
             self.on_start()
         try:
-            self.metrics = eval_graph.run(eval_session, self._max_batches, self._bound_secs, self.on_batch)
+            self.metrics = eval_graph.run(
+                eval_session, self._max_batches, self._bound_secs, self.on_batch, initialized=initialized
+            )
         finally:
             if self._bound_close:  # a close held by a slow peer must not hold the task's end
                 session_close.call_within(eval_session.close, what="closing the final evaluation's session")
@@ -251,7 +265,13 @@ def write_summary(writer, step: int, metrics: dict) -> None:
 
 
 class _WarmSession:
-    """An evaluation session opened and run once on a thread of its own; taken at the end, or not at all."""
+    """An evaluation session opened and run once on a thread of its own, then its data and metrics started
+    again for the evaluation; taken at the end, or not at all.
+
+    The restart is done here rather than at the end: at the end of the embedding model's runs, that
+    run (local to the replica) took 1.6-3.4 s instead of 0.02-0.1 s in 9 of 25 runs, each time while
+    the other replica was ending (cause not found; docs/bench/ctr-2026-11-27.md). Done here, 0 of 16.
+    """
 
     def __init__(self):
         self._thread: threading.Thread | None = None
@@ -265,6 +285,7 @@ class _WarmSession:
             try:
                 session = open_session()
                 eval_graph.run(session, max_batches=1)
+                session.run(eval_graph.initializer)
                 self._session = session
             except Exception as err:  # the end opens a session of its own and meets the error there
                 log.info("the final evaluation's warm-up failed (the evaluation will run cold): %s", err)
