@@ -270,7 +270,7 @@ class _WarmSession:
 
     The restart is done here rather than at the end: at the end of the embedding model's runs, that
     run (local to the replica) took 1.6-3.4 s instead of 0.02-0.1 s in 9 of 25 runs, each time while
-    the other replica was ending (cause not found; docs/bench/ctr-2026-11-27.md). Done here, 0 of 16.
+    the other replica was ending (cause not found; docs/bench/ctr-2026-11-27.md). Done here: 0 of 24.
     """
 
     def __init__(self):
