@@ -11,7 +11,7 @@ from ps_toolkit.cluster.config import ClusterConfig
 from ps_toolkit.launch.local_cluster import InProcessCluster
 from ps_toolkit.models import classifiers
 from ps_toolkit.task.roles import trainer
-from ps_toolkit.training import evaluation
+from ps_toolkit.training import evaluation, model_calls
 from ps_toolkit.training.config import TrainConfig
 from ps_toolkit.training.model_api import ModeKeys, ModelSpec
 
@@ -194,9 +194,8 @@ class _RecordingSession:
         self._session.close()
 
 
-def test_a_warmed_session_starts_its_data_and_metrics_again_before_the_end(tmp_path, monkeypatch):
-    """The end runs no initializer in a warmed session (that run once stalled seconds there), and still
-    counts every eval example exactly once: the warm-up's batch was reset during training."""
+def _recording_the_end(monkeypatch) -> tuple[list, list]:
+    """(EvalGraphs built, what the end fetched from the warmed session); fails the test if none was warmed."""
     built, fetched_at_end = [], []
     build = evaluation.build_eval_graph
     monkeypatch.setattr(evaluation, "build_eval_graph", lambda *a, **k: built.append(build(*a, **k)) or built[-1])
@@ -208,9 +207,59 @@ def test_a_warmed_session_starts_its_data_and_metrics_again_before_the_end(tmp_p
         return _RecordingSession(warmed, fetched_at_end)
 
     monkeypatch.setattr(evaluation._WarmSession, "take", take_recording)
-    definition = dataclasses.replace(SOFTMAX, model_fn=_counting_in_every_mode)
-    result = _train(definition, tmp_path, num_ps=1, train_steps=60, steps_per_run=20)
+    return built, fetched_at_end
+
+
+def _repeated(times: int):
+    def eval_input_fn(params=None):
+        return SOFTMAX.eval_input_fn().repeat(times)
+
+    return eval_input_fn
+
+
+def _eval_examples() -> int:
+    return sum(int(labels.shape[0]) for _, labels in SOFTMAX.eval_input_fn())
+
+
+def test_a_warmed_session_starts_its_data_and_metrics_again_before_the_end(tmp_path, monkeypatch):
+    """The end runs no initializer in a warmed session (that run once stalled seconds there), and counts
+    its eval_steps batches from the data's start: the warm-up's batch was undone during training."""
+    built, fetched_at_end = _recording_the_end(monkeypatch)
+    definition = dataclasses.replace(SOFTMAX, model_fn=_counting_in_every_mode, eval_input_fn=_repeated(3))
+    result = _train(definition, tmp_path, num_ps=1, train_steps=60, steps_per_run=20, eval_steps=2)
     assert built and fetched_at_end
     assert not [fetch for fetch in fetched_at_end if fetch is built[-1].initializer], fetched_at_end
-    examples = sum(int(labels.shape[0]) for _, labels in SOFTMAX.eval_input_fn())
-    assert result["eval"]["seen"] == examples, result
+    # Three passes of the eval set, two of them counted: a warm-up batch left counted would make it three.
+    assert result["eval"]["seen"] == 2 * _eval_examples(), result
+
+
+class _CountingSeenHook(tf.compat.v1.train.SessionRunHook):
+    """Makes, in begin(), the EVAL mode's ``seen`` metric under the model's scope, on no device (so on the
+    replica's own task), and counts 7 into it every step: a training-side variable of the metric's name."""
+
+    def begin(self):
+        with tf.compat.v1.name_scope(f"{model_calls.MODEL_SCOPE}/"):  # the scope itself, not a new one
+            everything = tf.ones([7], tf.bool)
+            _, self._update = tf.compat.v1.metrics.true_positives(everything, everything, name="seen")
+
+    def before_run(self, run_context):
+        return tf.compat.v1.train.SessionRunArgs(self._update)
+
+
+def _seen_in_eval_only(features, labels, mode, params):
+    spec = classifiers.classifier_model_fn(features, labels, mode, params)
+    if mode == ModeKeys.TRAIN:
+        return dataclasses.replace(spec, training_hooks=[_CountingSeenHook()])
+    everything = tf.ones_like(labels, dtype=tf.bool)
+    seen = tf.compat.v1.metrics.true_positives(everything, everything, name="seen")
+    return dataclasses.replace(spec, eval_metric_ops={**spec.eval_metric_ops, "seen": seen})
+
+
+def test_metrics_training_also_updates_on_this_task_are_reset_when_the_evaluation_starts(tmp_path, monkeypatch):
+    """A training variable of a metric's name on the replica's own task is that metric's variable: training
+    counts into it after the warm-up, so the end resets the metrics itself."""
+    built, fetched_at_end = _recording_the_end(monkeypatch)
+    definition = dataclasses.replace(SOFTMAX, model_fn=_seen_in_eval_only)
+    result = _train(definition, tmp_path, num_ps=1, train_steps=60, steps_per_run=20)
+    assert [fetch for fetch in fetched_at_end if fetch is built[-1].initializer], fetched_at_end
+    assert result["eval"]["seen"] == _eval_examples(), result

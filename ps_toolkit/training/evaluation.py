@@ -108,7 +108,9 @@ class FinalEvaluationHook(tf.compat.v1.train.SessionRunHook):
     placed it on, where the servers share it by name. A global variable only
     the EVAL mode creates was never trained: it is made on this replica and
     initialized there, like the metrics' local variables, which are this
-    replica's alone even when TRAIN mode made some of the same name.
+    replica's alone even when TRAIN mode made some of the same name on a ps
+    (one of the same name on this task is the same variable: the metrics
+    are then reset when the evaluation starts, after training).
     """
 
     def __init__(
@@ -130,7 +132,10 @@ class FinalEvaluationHook(tf.compat.v1.train.SessionRunHook):
         self.on_start = self.on_batch = None
         self._variable_devices: dict[str, str] = {}
         self._table_devices = None
-        self._built: tuple | None = None  # (graph, EvalGraph, initializer of the variables made here)
+        # (graph, EvalGraph, initializer of the variables made here, whether the warm-up may start the
+        # data and metrics for the end)
+        self._built: tuple | None = None
+        self._training_graph = None
         self._warm = _WarmSession()
         # Evaluated on a thread (start, finish) instead of in end(): FinalEvaluationStart sets it.
         self.background = False
@@ -145,17 +150,21 @@ class FinalEvaluationHook(tf.compat.v1.train.SessionRunHook):
 
         A session's first run of a graph registers its parts on every task
         and makes their executors: about 1 s of the final evaluation of a
-        model with many tables, otherwise paid after the last step. The
-        warm-up batch's counts are reset when the evaluation starts.
+        model with many tables, otherwise paid after the last step. Right
+        after the warm-up batch the eval data starts again (its file names
+        and other inputs are read then, halfway through training) and so do
+        the metrics, unless training holds variables of their names on this
+        task: then the metrics are reset when the evaluation starts.
         """
         if self._built is not None:
-            self._warm.start(lambda: self._open_session(*self._built), self._built[1])
+            self._warm.start(lambda: self._open_session(*self._built[:3]), self._built[1], self._built[3])
 
     def begin(self):
         # Global variables only: a metric the model also builds in TRAIN mode has local
         # variables of the same names, placed on a ps by the device setter; shared there,
         # every replica's evaluation would count into the same totals.
         self._variable_devices = {v.op.name: v.device for v in tf.compat.v1.global_variables()}
+        self._training_graph = tf.compat.v1.get_default_graph()
         # The training graph's dynamic tables are read where they live, shard by shard.
         tables = dynamic_embedding.tables_of_graph()
         self._table_devices = tables[0].devices if tables else None
@@ -193,11 +202,13 @@ class FinalEvaluationHook(tf.compat.v1.train.SessionRunHook):
 
     def _evaluate(self) -> None:
         started = time.monotonic()
-        graph, eval_graph, own_variables_init = self._built or self._build()
+        graph, eval_graph, own_variables_init, _ = self._built or self._build()
         warmed = self._warm.take(self._bound_secs or WARM_UP_WAIT_SECS)
         if warmed is not None:
             try:
-                self._run_and_close(warmed, eval_graph, started, "warmed during training", initialized=True)
+                self._run_and_close(
+                    warmed, eval_graph, started, "warmed during training", initialized=self._warm.initialized
+                )
                 return
             except (tf.errors.AbortedError, tf.errors.UnavailableError) as err:
                 # A task restarted since the warm-up (a ps, with the variables restored from a checkpoint):
@@ -246,8 +257,24 @@ class FinalEvaluationHook(tf.compat.v1.train.SessionRunHook):
             eval_graph = build_eval_graph(self._definition, self._partitioner)
             own = [v for v in tf.compat.v1.global_variables() if v.op.name not in self._variable_devices]
             own_variables_init = tf.compat.v1.variables_initializer(own)
+            metric_names = {v.op.name for v in tf.compat.v1.local_variables()}
         graph.finalize()
-        return graph, eval_graph, own_variables_init
+        # The evaluation's metric variables live on this task, where a training variable of the same
+        # name is the same variable: if training may update it, the metrics are reset at the end only.
+        shared = sorted(metric_names & self._training_variables_here())
+        if shared:
+            log.info("the final evaluation resets its metrics when it starts: training holds %s here", shared)
+        return graph, eval_graph, own_variables_init, not shared
+
+    def _training_variables_here(self) -> set:
+        """Names of the training graph's variables not on a ps (placed on this task, or not placed)."""
+        if self._training_graph is None:
+            return set()
+        return {
+            op.name
+            for op in self._training_graph.get_operations()
+            if op.type in VARIABLE_OPS and "/job:ps" not in op.device
+        }
 
     def _place(self, op) -> str:
         if op.type in VARIABLE_OPS:
@@ -265,19 +292,20 @@ def write_summary(writer, step: int, metrics: dict) -> None:
 
 
 class _WarmSession:
-    """An evaluation session opened and run once on a thread of its own, then its data and metrics started
-    again for the evaluation; taken at the end, or not at all.
+    """An evaluation session opened and run once on a thread of its own, then (``reset``) its data and
+    metrics started again for the evaluation; taken at the end, or not at all.
 
-    The restart is done here rather than at the end: at the end of the embedding model's runs, that
-    run (local to the replica) took 1.6-3.4 s instead of 0.02-0.1 s in 9 of 25 runs, each time while
-    the other replica was ending (cause not found; docs/bench/ctr-2026-11-27.md). Done here: 0 of 24.
+    The data and metrics start here rather than at the end because at the end that run, local to
+    the replica, sometimes waited seconds while the other replica was ending (cause not found;
+    docs/bench/ctr-2026-11-27.md).
     """
 
     def __init__(self):
         self._thread: threading.Thread | None = None
         self._session = None
+        self.initialized = False  # the session's data and metrics were started for the evaluation
 
-    def start(self, open_session, eval_graph: EvalGraph) -> None:
+    def start(self, open_session, eval_graph: EvalGraph, reset: bool) -> None:
         if self._thread is not None:
             return
 
@@ -285,7 +313,9 @@ class _WarmSession:
             try:
                 session = open_session()
                 eval_graph.run(session, max_batches=1)
-                session.run(eval_graph.initializer)
+                if reset:
+                    session.run(eval_graph.initializer)
+                    self.initialized = True
                 self._session = session
             except Exception as err:  # the end opens a session of its own and meets the error there
                 log.info("the final evaluation's warm-up failed (the evaluation will run cold): %s", err)
