@@ -102,12 +102,8 @@ def test_each_replica_counts_its_own_evaluation_when_train_mode_made_the_same_me
     """The TRAIN call's metric variables sit on a ps (the device setter places by op type); the
     evaluations of two replicas, at the same time, must not count into them together."""
     passes = 5
-
-    def repeated(params=None):
-        return SOFTMAX.eval_input_fn().repeat(passes)
-
-    definition = dataclasses.replace(SOFTMAX, model_fn=_counting_in_every_mode, eval_input_fn=repeated)
-    examples = passes * sum(int(labels.shape[0]) for _, labels in SOFTMAX.eval_input_fn())
+    definition = dataclasses.replace(SOFTMAX, model_fn=_counting_in_every_mode, eval_input_fn=_repeated(passes))
+    examples = passes * _eval_examples()
     config = TrainConfig(
         checkpoint_dir=str(tmp_path), batch_size=32, train_steps=30, steps_per_run=1, sync_replicas=True
     )

@@ -20,10 +20,9 @@ from ps_toolkit.cluster.preflight import reachable
 from ps_toolkit.launch.local_cluster import LocalCluster
 from ps_toolkit.process import stack_dump
 from tests import logwatch
-from tests.test_failure_matrix import record
+from tests.test_failure_matrix import RECOVERY_BOUND_SECS, record
 
 pytestmark = pytest.mark.slow
-RECOVERY_BOUND_SECS = 30
 RESTARTS = 2
 STEPS_BETWEEN_RESTARTS = 150
 

@@ -15,6 +15,7 @@ import tensorflow as tf
 from ps_toolkit import dynamic_embedding
 from ps_toolkit.base import session_close
 from ps_toolkit.base.errors import ConfigError
+from ps_toolkit.cluster.config import PS
 from ps_toolkit.placement.strategies import VARIABLE_OPS
 from ps_toolkit.training.model_api import ModeKeys, ModelDefinition, function_name
 from ps_toolkit.training.model_calls import call_input_fn, call_model_fn
@@ -96,6 +97,17 @@ def build_eval_graph(definition: ModelDefinition, partitioner=None, reuse=None) 
     )
 
 
+@dataclasses.dataclass(frozen=True)
+class _BuiltEvaluation:
+    """The evaluation's graph, its ops, the initializer of the variables only it makes, and whether the
+    warm-up may start its data and metrics for the end (no training variable shares a metric's name here)."""
+
+    graph: tf.Graph
+    eval_graph: EvalGraph
+    own_variables_init: tf.Operation
+    reset_at_warm_up: bool
+
+
 class FinalEvaluationHook(tf.compat.v1.train.SessionRunHook):
     """Evaluates the trained model once, when the session ends normally; ``metrics`` holds the result.
 
@@ -132,9 +144,7 @@ class FinalEvaluationHook(tf.compat.v1.train.SessionRunHook):
         self.on_start = self.on_batch = None
         self._variable_devices: dict[str, str] = {}
         self._table_devices = None
-        # (graph, EvalGraph, initializer of the variables made here, whether the warm-up may start the
-        # data and metrics for the end)
-        self._built: tuple | None = None
+        self._built: _BuiltEvaluation | None = None
         self._training_graph = None
         self._warm = _WarmSession()
         # Evaluated on a thread (start, finish) instead of in end(): FinalEvaluationStart sets it.
@@ -157,7 +167,8 @@ class FinalEvaluationHook(tf.compat.v1.train.SessionRunHook):
         task: then the metrics are reset when the evaluation starts.
         """
         if self._built is not None:
-            self._warm.start(lambda: self._open_session(*self._built[:3]), self._built[1], self._built[3])
+            built = self._built
+            self._warm.start(lambda: self._open_session(built), built.eval_graph, built.reset_at_warm_up)
 
     def begin(self):
         # Global variables only: a metric the model also builds in TRAIN mode has local
@@ -202,7 +213,8 @@ class FinalEvaluationHook(tf.compat.v1.train.SessionRunHook):
 
     def _evaluate(self) -> None:
         started = time.monotonic()
-        graph, eval_graph, own_variables_init, _ = self._built or self._build()
+        built = self._built or self._build()
+        eval_graph = built.eval_graph
         warmed = self._warm.take(self._bound_secs or WARM_UP_WAIT_SECS)
         if warmed is not None:
             try:
@@ -214,8 +226,7 @@ class FinalEvaluationHook(tf.compat.v1.train.SessionRunHook):
                 # A task restarted since the warm-up (a ps, with the variables restored from a checkpoint):
                 # the warmed session's handles on it are gone. A session opened now sees the new task.
                 log.info("the final evaluation's warmed session failed (%s); evaluating in a new session", err)
-        session = self._open_session(graph, eval_graph, own_variables_init)
-        self._run_and_close(session, eval_graph, started, "opened at the end")
+        self._run_and_close(self._open_session(built), eval_graph, started, "opened at the end")
 
     def _run_and_close(
         self, eval_session, eval_graph: EvalGraph, started: float, how_opened: str, initialized: bool = False
@@ -241,12 +252,12 @@ class FinalEvaluationHook(tf.compat.v1.train.SessionRunHook):
             time.monotonic() - opened,
         )
 
-    def _open_session(self, graph, eval_graph: EvalGraph, own_variables_init):
-        session = tf.compat.v1.Session(self._target, graph=graph, config=self._session_config)
-        session.run(own_variables_init)
+    def _open_session(self, built: _BuiltEvaluation):
+        session = tf.compat.v1.Session(self._target, graph=built.graph, config=self._session_config)
+        session.run(built.own_variables_init)
         return session
 
-    def _build(self) -> tuple:
+    def _build(self) -> _BuiltEvaluation:
         graph = tf.Graph()
         with (
             graph.as_default(),
@@ -264,7 +275,7 @@ class FinalEvaluationHook(tf.compat.v1.train.SessionRunHook):
         shared = sorted(metric_names & self._training_variables_here())
         if shared:
             log.info("the final evaluation resets its metrics when it starts: training holds %s here", shared)
-        return graph, eval_graph, own_variables_init, not shared
+        return _BuiltEvaluation(graph, eval_graph, own_variables_init, reset_at_warm_up=not shared)
 
     def _training_variables_here(self) -> set:
         """Names of the training graph's variables not on a ps (placed on this task, or not placed)."""
@@ -273,7 +284,7 @@ class FinalEvaluationHook(tf.compat.v1.train.SessionRunHook):
         return {
             op.name
             for op in self._training_graph.get_operations()
-            if op.type in VARIABLE_OPS and "/job:ps" not in op.device
+            if op.type in VARIABLE_OPS and tf.DeviceSpec.from_string(op.device).job != PS
         }
 
     def _place(self, op) -> str:
