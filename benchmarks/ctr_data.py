@@ -14,7 +14,6 @@ function of the dense features, so AUC says how much of it a model learned.
 from __future__ import annotations
 
 import dataclasses
-import functools
 
 import numpy as np
 import tensorflow as tf
@@ -48,39 +47,47 @@ def law_exponent(law: str) -> float | None:
     return ID_LAWS[law]
 
 
-@functools.lru_cache(maxsize=8)
-def _zipf_cdf(exponent: float, vocab: int) -> np.ndarray:
-    weights = np.arange(1, vocab + 1, dtype=np.float64) ** -exponent
-    cdf = np.cumsum(weights)
-    return cdf / cdf[-1]
+def _lookup_tables(exponent: float | None, vocab: int) -> dict:
+    """The tables every batch reads: the Zipf CDF over ranks (when the law is Zipf) and the hidden weights.
 
-
-@functools.lru_cache(maxsize=1)
-def _hidden_weights() -> np.ndarray:
-    return np.random.default_rng(7).normal(size=_HIDDEN_SIZE).astype(np.float32)
+    Made by ops, once per iterator (``dataset`` caches them), never as constants:
+    12 MB of constants in the data's function would be copied by every graph
+    build and optimization of a graph holding it (a session's first run, an
+    evaluation's graph built during training), inside the runs being timed.
+    """
+    tables = {"hidden": tf.random.stateless_normal([_HIDDEN_SIZE], seed=[7, 0])}
+    if exponent is not None:
+        weights = tf.range(1, vocab + 1, dtype=tf.float64) ** -exponent
+        cumulative = tf.cumsum(weights)  # sequential: the same sums with any thread count
+        tables["cdf"] = cumulative / cumulative[-1]
+    return tables
 
 
 def _dense_weights() -> np.ndarray:
     return (np.random.default_rng(8).normal(size=DENSE_FEATURES) / np.sqrt(DENSE_FEATURES)).astype(np.float32)
 
 
-def make_batch(seed, index, law: str, shape: CtrShape):
-    """(features {"ids": int64 [batch, FIELDS], "dense": float32 [batch, DENSE_FEATURES]}, labels int64 [batch])."""
+def make_batch(seed, index, law: str, shape: CtrShape, tables: dict | None = None):
+    """(features {"ids": int64 [batch, FIELDS], "dense": float32 [batch, DENSE_FEATURES]}, labels int64 [batch]).
+
+    ``tables``: ``_lookup_tables(law's exponent, shape.vocab)``, made here when not given.
+    """
     exponent = law_exponent(law)
+    tables = tables if tables is not None else _lookup_tables(exponent, shape.vocab)
     seeds = tf.stack([tf.cast(seed, tf.int64), tf.cast(index, tf.int64)])
     size = [shape.batch_size, FIELDS]
     draw = tf.random.stateless_uniform(size, seed=seeds, dtype=tf.float64)
     if exponent is None:
         ranks = tf.cast(draw * shape.vocab, tf.int64)
     else:
-        ranks = tf.searchsorted(tf.constant(_zipf_cdf(exponent, shape.vocab)), tf.reshape(draw, [-1]), side="right")
+        ranks = tf.searchsorted(tables["cdf"], tf.reshape(draw, [-1]), side="right")
         ranks = tf.reshape(tf.cast(ranks, tf.int64), size)
     ranks = tf.minimum(ranks, shape.vocab - 1)
     fields = tf.range(FIELDS, dtype=tf.int64)
     ids = (ranks * _PERMUTE + fields * 7_919) % shape.vocab
     dense = tf.random.stateless_normal([shape.batch_size, DENSE_FEATURES], seed=seeds + [0, 1 << 40])
     hidden_index = (ids * 40_503 + fields * 1_000_003) % _HIDDEN_SIZE
-    sparse_score = tf.reduce_sum(tf.gather(tf.constant(_hidden_weights()), hidden_index), axis=1)
+    sparse_score = tf.reduce_sum(tf.gather(tables["hidden"], hidden_index), axis=1)
     score = _SPARSE_SCALE * sparse_score / np.sqrt(FIELDS) + _DENSE_SCALE * tf.linalg.matvec(dense, _dense_weights())
     coin = tf.random.stateless_uniform([shape.batch_size], seed=seeds + [0, 2 << 40])
     labels = tf.cast(coin < tf.sigmoid(score), tf.int64)
@@ -89,8 +96,15 @@ def make_batch(seed, index, law: str, shape: CtrShape):
 
 def dataset(seed: int, law: str, shape: CtrShape, batches: int | None = None) -> tf.data.Dataset:
     """``make_batch(seed, 0, ...)``, ``make_batch(seed, 1, ...)``...; endless when ``batches`` is None."""
+    exponent = law_exponent(law)
     indices = tf.data.Dataset.range(batches) if batches is not None else tf.data.Dataset.range(1 << 62)
-    return indices.map(lambda i: make_batch(seed, i, law, shape), num_parallel_calls=1).prefetch(2)
+    # The lookup tables, made once and cached, handed to every batch beside its index.
+    tables = tf.data.Dataset.from_tensors(0).map(lambda _: _lookup_tables(exponent, shape.vocab)).cache().repeat()
+    return (
+        tf.data.Dataset.zip((indices, tables))
+        .map(lambda i, t: make_batch(seed, i, law, shape, t), num_parallel_calls=1)
+        .prefetch(2)
+    )
 
 
 def eval_dataset(law: str, shape: CtrShape) -> tf.data.Dataset:

@@ -12,14 +12,18 @@ _v1 = tf.compat.v1
 CLOSES = 12
 
 
-def _queue_runner_on_the_ps(shared_name: str):
-    """(the queue's size, a QueueRunner enqueueing into it on the ps, a Supervisor) in the default graph."""
-    with _v1.device("/job:ps/task:0"):
-        queue = _v1.FIFOQueue(1 << 22, tf.int32, shared_name=shared_name)
-        size = queue.size()
-    runner = _v1.train.QueueRunner(queue, [queue.enqueue(1)])
+def _queue_runners_on_the_ps(shared_name: str) -> tuple[list, Supervisor]:
+    """([(a queue's size, a QueueRunner enqueueing into it on the ps)] one per round, a Supervisor), in the
+    default graph. A queue per round: when a coordinator stops, each of its queue runners closes its queue
+    (TensorFlow's ``_close_on_stop``), and a queue shared on the ps stays closed for the sessions after."""
+    rounds = []
+    for round_index in range(CLOSES):
+        with _v1.device("/job:ps/task:0"):
+            queue = _v1.FIFOQueue(1 << 22, tf.int32, shared_name=f"{shared_name}_{round_index}")
+            size = queue.size()
+        rounds.append((size, _v1.train.QueueRunner(queue, [queue.enqueue(1)])))
     supervisor = Supervisor(logdir=None, init_op=_v1.global_variables_initializer(), summary_op=None, saver=None)
-    return size, runner, supervisor
+    return rounds, supervisor
 
 
 def test_queue_runners_cut_off_by_the_session_close_report_nothing(in_process_cluster):
@@ -28,15 +32,20 @@ def test_queue_runners_cut_off_by_the_session_close_report_nothing(in_process_cl
     # to a coordinator still running, sv.stop() raises it as the thread's failure: a sync
     # chief's script then ends with status 1 after training to the end.
     with tf.Graph().as_default():
-        size, runner, supervisor = _queue_runner_on_the_ps("compat_supervision_close_race")
-        for _ in range(CLOSES):
+        rounds, supervisor = _queue_runners_on_the_ps("compat_supervision_close_race")
+        for size, runner in rounds:
             with supervisor.prepare_or_wait_for_session(in_process_cluster.targets["worker"][0]) as session:
                 threads = supervisor.start_queue_runners(session, [runner])
                 options = _v1.RunOptions(timeout_in_ms=10_000)  # each run bounded; the loop by its deadline
                 before = session.run(size, options=options)
                 deadline = time.monotonic() + 30
                 while session.run(size, options=options) < before + 100:  # the runner enqueues thousands a second
-                    assert time.monotonic() < deadline and all(t.is_alive() for t in threads), "the runner stopped"
+                    if not all(t.is_alive() for t in threads):
+                        supervisor.coord.join(threads, stop_grace_period_secs=10)  # raises what the runner reported
+                        pytest.fail(
+                            f"the runner stopped, reporting nothing; coordinator stopped: {supervisor.should_stop()}"
+                        )
+                    assert time.monotonic() < deadline, "the runner enqueued fewer than 100 in 30 s"
             # join() raises the first error a thread reported; stop() would hide a CancelledError.
             supervisor.coord.join(threads, stop_grace_period_secs=10)
             supervisor.stop()
@@ -66,10 +75,10 @@ def test_sessions_made_back_to_back_without_a_stop_each_train(in_process_cluster
     # or a join: the closed session's queue-runner threads, still winding down, must not
     # report their cut-off into the coordinator the next session has just cleared.
     with tf.Graph().as_default():
-        size, runner, supervisor = _queue_runner_on_the_ps("compat_supervision_back_to_back")
+        rounds, supervisor = _queue_runners_on_the_ps("compat_supervision_back_to_back")
         options = _v1.RunOptions(timeout_in_ms=10_000)
         stopped = []
-        for round_index in range(CLOSES):
+        for round_index, (size, runner) in enumerate(rounds):
             with supervisor.prepare_or_wait_for_session(in_process_cluster.targets["worker"][0]) as session:
                 supervisor.start_queue_runners(session, [runner])
                 before = session.run(size, options=options)

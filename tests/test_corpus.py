@@ -96,12 +96,14 @@ CASES = {
         data="census",
         timeout_secs=70,  # its worker's 20 steps take ~4 s alone; a raced run waits for this
         race="the script's own race, as on TF 1.x: the master builds its input pipeline on /job:worker "
-        "(replica_device_setter's default); a worker that trains the 20 steps and exits before the master's first "
-        "step leaves the master's session, re-created after RegisterGraph on that worker failed, waiting for it",
+        "(replica_device_setter's default); a worker that trains the 20 steps and exits while the master still "
+        "needs it (before the master's first step, or during one) leaves the master's session, re-created after "
+        "the call to that worker failed, waiting for it",
         race_signs=(
             (
                 "chief-0.log",
-                r"/job:worker/replica:0/task:0 while calling /tensorflow.WorkerService/RegisterGraph",
+                r"/job:worker/replica:0/task:0 while calling /tensorflow.WorkerService/"
+                r"(RegisterGraph|RunGraph|RecvTensor)",
             ),
             ("summary.txt", r"worker:0 .* 0 \(finished\)"),
             ("summary.txt", r"FAILED: the run did not end within --timeout_secs"),

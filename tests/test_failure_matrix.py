@@ -192,9 +192,9 @@ def test_sync_with_launcher_restart_policy_completes(tmp_path):
         "scripts/launch_local.py",
         f"--log_dir={tmp_path}/run",
         "--sync_replicas",
-        "--train_steps=800",
+        "--train_steps=3000",
         "--watchdog_secs=10",
-        "--kill=worker:1@15s",
+        "--kill=worker:1@8s",
         "--restart=on-failure",
         "--quiet",
         "--nochart",
@@ -203,6 +203,9 @@ def test_sync_with_launcher_restart_policy_completes(tmp_path):
         argv, capture_output=True, text=True, timeout=300, cwd=os.path.dirname(os.path.dirname(__file__))
     )
     assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-4000:]
+    # The drill must have found the worker running (a job over before it would pass without one).
+    assert "--kill drill: SIGKILL worker:1" in done.stdout, done.stdout[-4000:]
+    assert "restarting it" in done.stdout, done.stdout[-4000:]
 
 
 SAVER_SCRIPT = """

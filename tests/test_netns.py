@@ -18,7 +18,7 @@ import pytest
 
 from ps_toolkit.network.port_guard import ALLOW_OPEN_PORTS_ENV
 from tests.netns_helpers import Namespaces, qdisc_support
-from tests.taskrun import RUN_TASK, assert_cluster_trained, run_tasks
+from tests.taskrun import RUN_TASK, TRAINED_ACCURACY, assert_cluster_trained, run_tasks
 
 pytestmark = [
     pytest.mark.slow,
@@ -35,6 +35,10 @@ TASKS = (("ps", 0), ("worker", 0), ("worker", 1))
 TRAIN_STEPS = 150
 # On a shaped link every step waits on the network: fewer steps still show training completes there.
 SHAPED_TRAIN_STEPS = 60
+# After 60 async steps of two replicas each replica's evaluation gave 0.70-0.92 test accuracy (seven
+# runs): well above chance (0.1) is what shows they trained; the accuracy after 150 steps is checked
+# unshaped.
+SHAPED_MIN_ACCURACY = 0.5
 CLUSTER_TIMEOUT_SECS = 150
 
 
@@ -70,9 +74,9 @@ def run_cluster(
     return run_tasks(commands, timeout=CLUSTER_TIMEOUT_SECS, env={ALLOW_OPEN_PORTS_ENV: "0"}, envs=envs)
 
 
-def check_trained(outcomes: dict, train_steps: int = TRAIN_STEPS) -> float:
+def check_trained(outcomes: dict, train_steps: int = TRAIN_STEPS, min_accuracy: float = TRAINED_ACCURACY) -> float:
     """Asserts every task ended with 0 and the workers reached the last step; returns the chief's steps/s."""
-    assert_cluster_trained(outcomes, train_steps)
+    assert_cluster_trained(outcomes, train_steps, min_accuracy)
     progress = outcomes["worker:0"].progress()
     if len(progress) >= 2 and progress[-1]["time"] > progress[0]["time"]:
         return (progress[-1]["global_step"] - progress[0]["global_step"]) / (progress[-1]["time"] - progress[0]["time"])
@@ -116,8 +120,9 @@ def test_training_completes_on_a_shaped_network(label, baseline_rate, namespaces
         )
     finally:
         namespaces.unshape()
-    rate = check_trained(outcomes, SHAPED_TRAIN_STEPS)
-    print(f"\n[netns] {label} on every host's link: {rate:.1f} steps/s (unshaped: {base:.1f} steps/s)")
+    rate = check_trained(outcomes, SHAPED_TRAIN_STEPS, SHAPED_MIN_ACCURACY)
+    accuracy = ", ".join(f"{outcomes[name].result()['test_accuracy']:.3f}" for name in ("worker:0", "worker:1"))
+    print(f"\n[netns] {label} on every host's link: {rate:.1f} steps/s (unshaped: {base:.1f}), accuracy {accuracy}")
 
 
 def test_kubeflow_tf_config_with_service_dns_names(namespaces, tmp_path):

@@ -94,9 +94,12 @@ def test_a_user_model_fn_with_embeddings_over_two_ps_runs_to_a_clean_end_over_bo
 def test_a_killed_task_is_restarted_on_its_node_and_port_and_the_job_completes(ray_cluster, tmp_path, task):
     address, env = ray_cluster
     log_dir = str(tmp_path / "run")
-    args = ["--num_ps=1", "--num_workers=2", "--train_steps=500", "--restart=on-failure", f"--kill={task}@15s"]
+    # The kill must find the task running: a job of a few thousand steps outlasts 10 s even on a quiet
+    # machine (a start-up takes most of 14 s there); on a loaded one the kill may come in the start-up.
+    args = ["--num_ps=1", "--num_workers=2", "--train_steps=5000", "--restart=on-failure", f"--kill={task}@10s"]
     done = launch_ray(address, env, *args, log_dir=log_dir)
     assert done.returncode == 0, describe(done)
+    assert "the task is not running; skipped" not in done.stdout, describe(done)
     rows = summary_rows(log_dir)
     assert rows[task][4] == "1", rows  # one restart
     assert re.search(rf"launcher: {task} .*; restarting it on {re.escape(rows[task][1])} ", done.stdout), describe(done)

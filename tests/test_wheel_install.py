@@ -19,9 +19,19 @@ import pytest
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # The checkout's own build products and caches never go into the wheel's source.
-COPY_IGNORED = shutil.ignore_patterns(
-    ".git", "__pycache__", "*.egg-info", "build", "dist", ".pytest_cache", ".ruff_cache"
+CACHES_IGNORED = shutil.ignore_patterns(
+    ".git", "__pycache__", "*.egg-info", "build", "dist", ".pytest_cache", ".ruff_cache", ".import_linter_cache"
 )
+
+
+def copy_ignored(folder, names):
+    """What the wheel's source copy leaves out: caches, and any virtual environment (a folder holding
+    pyvenv.cfg: the README makes .venv in the checkout, GBs of TensorFlow, Ray and Spark)."""
+    ignored = set(CACHES_IGNORED(folder, names))
+    ignored.update(name for name in names if os.path.isfile(os.path.join(folder, name, "pyvenv.cfg")))
+    return ignored
+
+
 COMMANDS = ("ps-run-task", "ps-launch-local", "ps-run-legacy", "ps-make-slurm-job", "ps-make-tfjob")
 
 LEGACY_SCRIPT = textwrap.dedent(
@@ -46,7 +56,7 @@ def venv(tmp_path_factory):
     """A virtual environment with the wheel built from this checkout installed, and a folder outside the checkout."""
     root = tmp_path_factory.mktemp("wheel")
     source, wheels, env_dir = root / "source", root / "wheels", root / "venv"
-    shutil.copytree(REPO, source, ignore=COPY_IGNORED)
+    shutil.copytree(REPO, source, ignore=copy_ignored)
     pip = [sys.executable, "-m", "pip", "--disable-pip-version-check", "-q"]
     built = subprocess.run(
         [*pip, "wheel", "--no-deps", "--no-build-isolation", "-w", str(wheels), str(source)],

@@ -140,17 +140,18 @@ class FinalEvaluationHook(tf.compat.v1.train.SessionRunHook):
         self._definition, self._target, self._device = definition, target, device
         self._partitioner, self._session_config, self._max_batches = partitioner, session_config, max_batches
         self._bound_secs = bound_secs
-        # Told when the evaluation starts and after each batch (the task's watchdog: progress that is not a step).
-        self.on_start = self.on_batch = None
+        # Told when the end starts to wait for the warm-up, when the evaluation starts and after each
+        # batch (the task's watchdog: what the task waits for, and progress that is not a step).
+        self.on_warm_up_wait = self.on_start = self.on_batch = None
         self._variable_devices: dict[str, str] = {}
         self._table_devices = None
         self._built: _BuiltEvaluation | None = None
         self._training_graph = None
-        self._warm = _WarmSession()
-        # Evaluated on a thread (start, finish) instead of in end(): FinalEvaluationStart sets it.
-        self.background = False
         # Close the session within session_close's bound: only in a task process that ends with os._exit.
         self._bound_close = bound_close
+        self._warm = _WarmSession(bound_close)
+        # Evaluated on a thread (start, finish) instead of in end(): FinalEvaluationStart sets it.
+        self.background = False
         self._thread: threading.Thread | None = None
         self._error: BaseException | None = None
         self.metrics: dict | None = None
@@ -168,7 +169,12 @@ class FinalEvaluationHook(tf.compat.v1.train.SessionRunHook):
         """
         if self._built is not None:
             built = self._built
-            self._warm.start(lambda: self._open_session(built), built.eval_graph, built.reset_at_warm_up)
+            self._warm.start(
+                lambda: self._new_session(built),
+                lambda session: session.run(built.own_variables_init),
+                built.eval_graph,
+                built.reset_at_warm_up,
+            )
 
     def begin(self):
         # Global variables only: a metric the model also builds in TRAIN mode has local
@@ -215,6 +221,8 @@ class FinalEvaluationHook(tf.compat.v1.train.SessionRunHook):
         started = time.monotonic()
         built = self._built or self._build()
         eval_graph = built.eval_graph
+        if self.on_warm_up_wait is not None:
+            self.on_warm_up_wait()
         warmed = self._warm.take(self._bound_secs or WARM_UP_WAIT_SECS)
         if warmed is not None:
             try:
@@ -241,10 +249,7 @@ class FinalEvaluationHook(tf.compat.v1.train.SessionRunHook):
                 eval_session, self._max_batches, self._bound_secs, self.on_batch, initialized=initialized
             )
         finally:
-            if self._bound_close:  # a close held by a slow peer must not hold the task's end
-                session_close.call_within(eval_session.close, what="closing the final evaluation's session")
-            else:
-                eval_session.close()
+            _close(eval_session, self._bound_close, "closing the final evaluation's session")
         log.info(
             "final evaluation: session %.2f s (%s), batches %.2f s",
             opened - started,
@@ -252,8 +257,11 @@ class FinalEvaluationHook(tf.compat.v1.train.SessionRunHook):
             time.monotonic() - opened,
         )
 
+    def _new_session(self, built: _BuiltEvaluation):
+        return tf.compat.v1.Session(self._target, graph=built.graph, config=self._session_config)
+
     def _open_session(self, built: _BuiltEvaluation):
-        session = tf.compat.v1.Session(self._target, graph=built.graph, config=self._session_config)
+        session = self._new_session(built)
         session.run(built.own_variables_init)
         return session
 
@@ -309,40 +317,98 @@ class _WarmSession:
     The data and metrics start here rather than at the end because at the end that run, local to
     the replica, sometimes waited seconds while the other replica was ending (cause not found;
     docs/bench/ctr-2026-11-27.md).
+
+    A warm-up not done when the end takes it is abandoned: its session is closed, which fails its
+    runs from then on and cancels the one under way, and the end waits for its thread to end. It
+    must not run on beside the evaluation that replaces it: both sessions share the metrics'
+    variables (one name on one task is one variable), and its reset or its batch would undo or add
+    to the evaluation's counts. A cancelled run still finishes the kernels already running (a
+    py_function's input, say), and those may feed its metric updates: hence the wait.
     """
 
-    def __init__(self):
+    def __init__(self, bound_close: bool = False):
+        self._bound_close = bound_close  # its closes within session_close's bound (``FinalEvaluationHook``)
         self._thread: threading.Thread | None = None
         self._session = None
+        self._lock = threading.Lock()  # orders the warm-up's session against ``_abandon``
+        self._abandoned = False
         self.initialized = False  # the session's data and metrics were started for the evaluation
 
-    def start(self, open_session, eval_graph: EvalGraph, reset: bool) -> None:
+    def start(self, new_session, prepare, eval_graph: EvalGraph, reset: bool) -> None:
+        """Warms, on a thread, a session ``new_session()`` makes and ``prepare(session)`` readies."""
         if self._thread is not None:
             return
 
         def warm():
+            session = None
             try:
-                session = open_session()
+                session = new_session()  # runs nothing: the session's first run is prepare's
+                with self._lock:
+                    if self._abandoned:  # before its first run: nothing to cancel
+                        session.close()
+                        return
+                    self._session = session
+                prepare(session)
                 eval_graph.run(session, max_batches=1)
                 if reset:
                     session.run(eval_graph.initializer)
                     self.initialized = True
-                self._session = session
             except Exception as err:  # the end opens a session of its own and meets the error there
-                log.info("the final evaluation's warm-up failed (the evaluation will run cold): %s", err)
+                with self._lock:  # an abandoned warm-up's session is closed by ``_abandon``, which failed it
+                    failed_here = not self._abandoned
+                    self._session = None
+                if failed_here:
+                    log.info("the final evaluation's warm-up failed (the evaluation will run cold): %s", err)
+                    if session is not None:
+                        self._close_quietly(session, "closing the final evaluation's failed warm-up")
 
         self._thread = threading.Thread(target=warm, name="final evaluation warm-up", daemon=True)
         self._thread.start()
 
     def take(self, bound_secs: float | None):
-        """The warmed session, once the warm-up is done (waiting at most ``bound_secs``); None if none."""
+        """The warmed session, once the warm-up is done (waiting at most ``bound_secs``); None if none.
+
+        A warm-up still running then is abandoned, and its run waited for (``bound_secs`` more at most).
+        """
         if self._thread is None:
             return None
         self._thread.join(bound_secs)
+        if not self._thread.is_alive():
+            return self._session
+        log.info("the final evaluation's warm-up is still running; the evaluation opens its own session")
+        self._abandon()
+        self._thread.join(bound_secs)
         if self._thread.is_alive():
-            log.info("the final evaluation's warm-up is still running; the evaluation opens its own session")
-            return None
-        return self._session
+            log.warning(
+                "the final evaluation's abandoned warm-up is still in its run after %.0f s more: its batch "
+                "may be counted in the evaluation's metrics",
+                bound_secs,
+            )
+        return None
+
+    def _abandon(self) -> None:
+        with self._lock:
+            self._abandoned = True
+            session, self._session = self._session, None
+        if session is not None:
+            # The close cancels the run under way at once; ``take`` then waits for the warm-up to end.
+            self._close_quietly(session, "closing the final evaluation's warm-up")
+
+    def _close_quietly(self, session, what: str) -> None:
+        """Closes a session being given up: an error in its close is logged, not raised."""
+        try:
+            _close(session, self._bound_close, what)
+        except Exception as err:  # the session is being given up: its close's error changes nothing
+            log.info("%s: %s", what, err)
+
+
+def _close(session, bounded: bool, what: str) -> None:
+    """``session.close()``; with ``bounded``, waiting at most session_close's bound (a close held by a slow
+    peer must not hold the end of a task that exits with os._exit; one left running aborts a normal exit)."""
+    if bounded:
+        session_close.call_within(session.close, what=what)
+    else:
+        session.close()
 
 
 class FinalEvaluationStart(tf.compat.v1.train.SessionRunHook):

@@ -276,6 +276,9 @@ def _run_session(cluster, target, creator, config, graph: TrainGraph, hooks, pro
             # cost is not paid after the last step (not at the start: it would slow the first steps).
             halfway = config.train_steps // 2
             progress.add_listener(lambda global_step: evaluation.warm_up() if global_step >= halfway else None)
+            evaluation.on_warm_up_wait = lambda: watchdog.expect(
+                "the final evaluation's warm-up (its session, opened halfway through training, in its first batch)"
+            )
             evaluation.on_start = lambda: watchdog.expect("the final evaluation's next batch (its eval_input_fn)")
             evaluation.on_batch = watchdog.working
         if cluster.is_chief and config.checkpoint_dir:
