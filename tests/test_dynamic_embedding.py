@@ -55,13 +55,14 @@ def test_shards_split_the_ids_and_each_reads_only_its_unique_ids_on_its_device()
         table = de.get_table("t", 2, devices=["/job:ps/task:0", "/job:ps/task:1"])
         de.lookup(table, tf.constant([1, 1, 2], tf.int64))
         ops = tf.compat.v1.get_default_graph().get_operations()
-        # The checkpoint's own finds (reading each save bucket by key) are not the lookup's.
-        finds = [op for op in ops if op.type == "LookupTableFindV2" and "save_t_" not in op.name]
+        finds = [op for op in ops if op.type == "LookupTableFindV2"]
         assert {op.device for op in finds} == {"/job:ps/task:0", "/job:ps/task:1"}
-        # Each shard's lookup takes a part of the unique ids, never the batch.
+        # Each shard's lookup takes its part of the unique ids (as stored keys [tag, hash]), never the batch.
         for op in finds:
-            assert op.inputs[1].op.type == "DynamicPartition", op.inputs[1].op.type
-            assert op.inputs[1].op.inputs[0].op.type == "UniqueWithCounts"
+            stored = op.inputs[1].op
+            assert stored.type == "Pack", stored.type
+            hashes = stored.inputs[1].op.inputs[0].op  # the bitcast hash of the shard's ids
+            assert hashes.type == "DynamicPartition", hashes.type
 
 
 def _dense_twin(optimizer_fn, initial, grads_scale, steps):
@@ -169,8 +170,8 @@ def test_eviction_by_age_and_by_rows_per_shard():
     session.run(evict)  # at step 3: 1 and 2 (step 0) are stale; of the 4 left, one of step 1 goes (limit 3)
     assert session.run([size, evicted]) == [3, 3]
     with graph.as_default():
-        ids, _ = table.shards[0].rows.export()
-        meta_ids, _ = table.shards[0].meta.export()
+        ids, _ = de.table_ops.export(table)
+        meta_ids, _ = de.table_ops.export_component(table, "meta")
     left = set(session.run(ids))
     assert 6 in left and len(left & {3, 4, 5}) == 2, left
     assert set(session.run(meta_ids)) == left
@@ -181,7 +182,7 @@ def _save(tmp_path, shards, dim=2):
     with graph.as_default():
         train([1, 2, 3, 400, 5000])
         rows = de.lookup(table, tf.constant([1, 2, 3, 400, 5000], tf.int64))
-        accumulators = [shard.slots["accumulator"].export() for shard in table.shards]
+        accumulators = [de.table_ops.export_component(table, "slot_accumulator")]
         saver = tf.compat.v1.train.Saver(sharded=True)
         path = saver.save(session, str(tmp_path / "model"))
     return path, session.run(rows), sorted(np.concatenate([session.run(a)[1][:, 0] for a in accumulators]))
@@ -193,7 +194,7 @@ def test_a_checkpoint_restores_into_another_number_of_shards(tmp_path, restore_s
     graph, session, _, table = _trainer({}, shards=restore_shards)
     with graph.as_default():
         restored = de.lookup(table, tf.constant([1, 2, 3, 400, 5000], tf.int64))
-        exports = [shard.slots["accumulator"].export() for shard in table.shards]
+        exports = [de.table_ops.export_component(table, "slot_accumulator")]
         size = table.size()
         tf.compat.v1.train.Saver(sharded=True).restore(session, path)
     np.testing.assert_array_equal(session.run(restored), rows)
@@ -209,7 +210,7 @@ def test_a_model_with_tables_is_ready_only_once_the_chief_initialized_or_restore
         de.require_filled_tables()  # what the toolkit's own scaffold asks for
         scaffold = tf.compat.v1.train.Scaffold(saver=tf.compat.v1.train.Saver(sharded=True)).finalize()
     parts = ("rows", "meta", "slot_accumulator")
-    markers = sorted(f"t/shard_{i}_of_2/{part}/filled:0" for i in (0, 1) for part in parts)
+    markers = sorted(f"{shard.prefix}/{part}/filled:0" for shard in table.shards for part in parts)
 
     def not_ready(a_session, op):
         return sorted(name.decode() for name in a_session.run(op))

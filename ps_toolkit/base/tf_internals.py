@@ -219,6 +219,27 @@ for _owner, _fields in _OPTIMIZER_FIELDS:
         _use(_owner, _attribute, _ROW_RULES, "a TF1 optimizer's hyperparameter, which it exposes no other way")
 
 
+_CREATE_NON_SLOT = _use(
+    f"{_TRAIN}.optimizer.Optimizer",
+    "_create_non_slot_variable",
+    _ROW_RULES,
+    "makes (once per graph) the beta powers TF1's Adam counts its steps in, so the tables share them",
+)
+_BETA_ACCUMULATORS = _use(
+    f"{_TRAIN}.adam.AdamOptimizer", "_get_beta_accumulators", _ROW_RULES, "Adam's beta powers, read by the tables"
+)
+
+
+def adam_beta_powers(optimizer, colocate_with) -> tuple:
+    """(beta1_power, beta2_power) of a TF1 AdamOptimizer, made beside ``colocate_with`` if not made yet."""
+    import tensorflow as tf
+
+    with tf.init_scope():  # out of any loop and control dependency, as Adam's own apply_gradients makes them
+        for name, initial in (("beta1_power", optimizer._beta1), ("beta2_power", optimizer._beta2)):  # noqa: SLF001
+            getattr(optimizer, _CREATE_NON_SLOT)(initial_value=initial, name=name, colocate_with=colocate_with)
+    return getattr(optimizer, _BETA_ACCUMULATORS)()
+
+
 def saveable_classes() -> tuple[type, type]:
     """(SaveableObject, SaveSpec): what tf.compat.v1.train.Saver saves besides variables."""
     from tensorflow.python.training.saving import saveable_object

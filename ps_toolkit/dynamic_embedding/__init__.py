@@ -3,6 +3,7 @@
 Usage: docs/dynamic_embedding.md. Design: docs/design.md, "Dynamic embedding tables".
 """
 
+from ps_toolkit.dynamic_embedding import table_ops
 from ps_toolkit.dynamic_embedding.initial_rows import InitialRows
 from ps_toolkit.dynamic_embedding.keys import KEY_DTYPES, NUM_SAVE_BUCKETS
 from ps_toolkit.dynamic_embedding.lookups import COMBINERS, lookup, lookup_sparse
@@ -44,5 +45,6 @@ __all__ = [
     "sync_gradients",
     "sync_shard_variables",
     "table_gradients",
+    "table_ops",
     "tables_of_graph",
 ]

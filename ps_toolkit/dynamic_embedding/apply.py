@@ -1,21 +1,45 @@
-"""Applying a step's row gradients: summed per id on the worker, split by shard, updated on each shard's ps.
+"""Applying a step's row gradients: summed per id on the worker, one update per group shard on its ps.
 
-On the shard's ps, for the ids of the step: their seen-count grows by how
-often the batch held them and their last-seen step becomes the global step;
-an id whose count reaches the table's admission threshold is admitted (its
-row starts from the initial row); admitted ids get the optimizer's update of
-their row and slots, the others no row at all.
+The gradients of every table of a group bound for one ps are concatenated and
+applied there together: the group's hash tables are each read once and
+written once per step, whatever the number of tables. On the ps, for the ids
+of the step: their seen-count grows by how often the batch held them and
+their last-seen step becomes the global step; an id whose count reaches the
+group's admission threshold is admitted (its row starts from the initial
+row); admitted ids get the optimizer's update of their row and slots, the
+others no row at all.
 """
 
 from __future__ import annotations
+
+import dataclasses
 
 import tensorflow as tf
 
 from ps_toolkit.dynamic_embedding import keys
 from ps_toolkit.dynamic_embedding.hash_tables import on_device
+from ps_toolkit.dynamic_embedding.layout import STAT_ADMITTED, GroupShard
 from ps_toolkit.dynamic_embedding.lookups import LookupRecord
 from ps_toolkit.dynamic_embedding.row_rules import RowRule
-from ps_toolkit.dynamic_embedding.table import STAT_ADMITTED, DynamicTable, TableShard
+
+
+@dataclasses.dataclass
+class ShardUpdate:
+    """The rows one step updates on one group shard: stored keys, hashes, gradients, counts, table indices."""
+
+    stored: list = dataclasses.field(default_factory=list)
+    hashes: list = dataclasses.field(default_factory=list)
+    grads: list = dataclasses.field(default_factory=list)
+    counts: list = dataclasses.field(default_factory=list)
+    table_index: list = dataclasses.field(default_factory=list)
+
+    def add(self, table, ids, hashes, grads, counts) -> None:
+        """Adds one table's distinct ids bound for this shard."""
+        self.stored.append(keys.stored_keys(table.key_dtype, table.tag, ids, hashes))
+        self.hashes.append(hashes)
+        self.grads.append(tf.cast(grads, table.value_dtype))
+        self.counts.append(tf.cast(counts, tf.int64))
+        self.table_index.append(tf.fill(tf.shape(hashes), table.group.tables.index(table)))
 
 
 def summed_gradient(gradient, num_rows: tf.Tensor) -> tf.Tensor:
@@ -42,56 +66,81 @@ def merged(records_and_grads: list[tuple[LookupRecord, tf.Tensor]]) -> tuple[tf.
     )
 
 
-def apply_table(table: DynamicTable, rule: RowRule, ids, grads, counts, global_step) -> tf.Operation:
-    """The update of ``table`` for one step's unique ``ids``, their summed ``grads`` and ``counts``."""
-    step = tf.cast(tf.convert_to_tensor(global_step), tf.int64) if global_step is not None else tf.constant(0, tf.int64)
-    counts = tf.cast(counts, tf.int64)
+def add_table(updates: dict, table, ids, grads, counts) -> None:
+    """Splits one table's step (distinct ``ids``, summed ``grads``, ``counts``) by shard into ``updates``.
+
+    Args:
+        updates: GroupShard -> ShardUpdate, filled here.
+        table: The DynamicTable.
+        ids: Its distinct ids of the step.
+        grads: Their summed gradients.
+        counts: How often each occurred.
+    """
+    hashes = keys.hash64(ids)
     if table.num_shards == 1:
-        return apply_shard(table.shards[0], rule, ids, grads, counts, step)
-    shard = keys.shard_of(ids, table.num_shards)
-    parts = zip(
-        tf.dynamic_partition(ids, shard, table.num_shards),
-        tf.dynamic_partition(grads, shard, table.num_shards),
-        tf.dynamic_partition(counts, shard, table.num_shards),
-        strict=True,
-    )
-    return tf.group(*[apply_shard(s, rule, *part, step) for s, part in zip(table.shards, parts, strict=True)])
+        updates.setdefault(table.shards[0], ShardUpdate()).add(table, ids, hashes, grads, counts)
+        return
+    shard = keys.shard_of_bucket(keys.save_bucket(hashes), table.num_shards)
+    parts = zip(*[tf.dynamic_partition(t, shard, table.num_shards) for t in (ids, hashes, grads, counts)], strict=True)
+    for group_shard, part in zip(table.shards, parts, strict=True):
+        updates.setdefault(group_shard, ShardUpdate()).add(table, *part)
 
 
-def apply_shard(shard: TableShard, rule: RowRule, ids, grads, counts, step) -> tf.Operation:
-    """On the shard's ps: count the ids, admit those due, update the rows and slots of the admitted."""
-    table = shard.table
+def apply_shard(shard: GroupShard, rule: RowRule, update: ShardUpdate, step, context) -> tf.Operation:
+    """On the shard's ps: count the ids, admit those due, update the rows and slots of the admitted.
+
+    Args:
+        shard: The group shard.
+        rule: The optimizer's row rule.
+        update: The step's rows for this shard, of every table of the group.
+        step: The global step (int64) the ids are marked as seen at.
+        context: The rule's per-step values (``RowRule.begin``).
+
+    Returns:
+        The op that applies them.
+    """
+    group = shard.group
+    key, num_tables = group.key, len(group.tables)
     slot_tables = {name: shard.slot(name) for name in rule.slots}
-    grads = tf.convert_to_tensor(grads)
+    joined = [
+        tf.concat(parts, 0) if len(parts) > 1 else parts[0]
+        for parts in (update.stored, update.hashes, update.grads, update.counts, update.table_index)
+    ]
+    stored, hashes, grads, counts, table_index = joined
     # After the gradient, so after the step's lookups: the meta written below does not depend on the gradient,
     # and a lookup reading it first would see an id counted but without its row.
     with (
         on_device(shard.device),
-        tf.name_scope("apply_" + shard.prefix.split("/")[-1]),
+        tf.name_scope("apply_" + shard.prefix.replace("/", "_")),
         tf.control_dependencies([grads]),
     ):
-        old_count = shard.meta.find(ids)[:, 0]
-        new_count = old_count + counts
-        existed = old_count >= table.admit_after
-        admitted = new_count >= table.admit_after
-        rows = tf.where(existed[:, None], shard.rows.find(ids), table.initial_rows(ids))
+        new_count = shard.meta.find(stored)[:, 0] + counts
+        found = shard.rows.find(stored)
+        existed = tf.logical_not(tf.math.is_nan(found[:, 0]))
+        missing = tf.where(tf.logical_not(existed))
+        initial = key.initializer.rows_of_hashes(tf.gather_nd(hashes, missing), key.dim, key.value_dtype)
+        rows = tf.tensor_scatter_nd_update(found, missing, initial)
         slots = {
-            name: tf.where(existed[:, None], slot_tables[name].find(ids), tf.cast(initial, table.value_dtype))
-            for name, initial in rule.slots.items()
+            name: tf.where(existed[:, None], slot_tables[name].find(stored), tf.cast(initial_value, key.value_dtype))
+            for name, initial_value in rule.slots.items()
         }
-        new_rows, new_slots = rule.update(rows, slots, tf.cast(grads, table.value_dtype), step)
-        kept_ids = tf.boolean_mask(ids, admitted)
-        updates = [shard.rows.insert(kept_ids, tf.boolean_mask(new_rows, admitted))]
-        updates += [slot_tables[n].insert(kept_ids, tf.boolean_mask(v, admitted)) for n, v in new_slots.items()]
+        new_rows, new_slots = rule.update(rows, slots, grads, step, context)
+        if key.admit_after == 1:
+            kept_keys, admitted, kept = stored, tf.ones_like(existed), (lambda values: values)
+        else:
+            admitted = new_count >= key.admit_after
+            kept_keys = tf.boolean_mask(stored, admitted)
+
+            def kept(values):
+                return tf.boolean_mask(values, admitted)
+
+        writes = [shard.rows.insert(kept_keys, kept(new_rows))]
+        writes += [slot_tables[n].insert(kept_keys, kept(v)) for n, v in new_slots.items()]
         # The meta last: a lookup on another worker meanwhile sees an id admitted only once its row is there.
-        with tf.control_dependencies(updates):
-            updates.append(shard.meta.insert(ids, tf.stack([new_count, tf.fill(tf.shape(ids), step)], 1)))
-        newly = tf.reduce_sum(tf.cast(tf.logical_and(admitted, tf.logical_not(existed)), tf.int64))
-        updates.append(count_stat(shard, STAT_ADMITTED, newly))
-        return tf.group(*updates)
-
-
-def count_stat(shard: TableShard, which: int, amount: tf.Tensor) -> tf.Operation:
-    """Adds ``amount`` to the shard's counter ``which`` (on its ps)."""
-    key = tf.constant([which], tf.int64)
-    return shard.stats.insert(key, shard.stats.find(key) + amount)
+        with tf.control_dependencies(writes):
+            writes.append(shard.meta.insert(stored, tf.stack([new_count, tf.fill(tf.shape(counts), step)], 1)))
+        newly = tf.cast(tf.logical_and(admitted, tf.logical_not(existed)), tf.int64)
+        per_table = tf.math.unsorted_segment_sum(newly, table_index, num_tables)
+        tags = tf.constant([table.tag for table in group.tables], tf.int64)
+        writes.append(shard.add_to_stat(tags, STAT_ADMITTED, per_table))
+        return tf.group(*writes)

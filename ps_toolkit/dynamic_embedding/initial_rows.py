@@ -58,21 +58,23 @@ class InitialRows:
         Returns:
             A ``[len(ids), dim]`` tensor of ``dtype``, the same for an id in every process.
         """
+        return self.rows_of_hashes(keys.hash64(ids), dim, dtype)
+
+    def rows_of_hashes(self, hashes: tf.Tensor, dim: int, dtype: tf.DType) -> tf.Tensor:
+        """The initial rows of the ids whose ``keys.hash64`` are ``hashes``: the same as ``rows``."""
         if self.distribution == "constant":
-            return tf.fill(tf.stack([tf.size(ids), dim]), tf.constant(self.scale, dtype))
-        first = _uniform01(ids, dim, self.seed, salt=0)
+            return tf.fill(tf.stack([tf.size(hashes), dim]), tf.constant(self.scale, dtype))
+        first = _uniform01(hashes, dim, self.seed, salt=0)
         if self.distribution == "uniform":
             return tf.cast((2.0 * first - 1.0) * self.scale, dtype)
-        second = _uniform01(ids, dim, self.seed, salt=_SALT_SECOND_DRAW)
+        second = _uniform01(hashes, dim, self.seed, salt=_SALT_SECOND_DRAW)
         normal = tf.sqrt(-2.0 * tf.math.log(first)) * tf.cos(2.0 * math.pi * second)
         return tf.cast(normal * self.scale, dtype)
 
 
-def _uniform01(ids: tf.Tensor, dim: int, seed: int, salt: int) -> tf.Tensor:
-    """float64 values in (0, 1), shape [len(ids), dim], from the id's hash, the column, the seed and a salt."""
-    per_id = tf.bitwise.bitwise_xor(
-        keys.hash64(ids), tf.constant((seed * 0x2545F4914F6CDD1D + salt) % 2**64, tf.uint64)
-    )
+def _uniform01(hashes: tf.Tensor, dim: int, seed: int, salt: int) -> tf.Tensor:
+    """float64 values in (0, 1), shape [len(hashes), dim], from the id's hash, the column, the seed and a salt."""
+    per_id = tf.bitwise.bitwise_xor(hashes, tf.constant((seed * 0x2545F4914F6CDD1D + salt) % 2**64, tf.uint64))
     columns = tf.range(1, dim + 1, dtype=tf.int64)
     column_offsets = tf.bitcast(columns, tf.uint64) * tf.constant(keys.GOLDEN, tf.uint64)
     bits = keys.mix64(per_id[:, None] + column_offsets[None, :])

@@ -10,6 +10,8 @@ a job with another number of ps reads back the buckets its shards own.
 
 from __future__ import annotations
 
+import hashlib
+
 import tensorflow as tf
 
 from ps_toolkit.base.errors import ConfigError
@@ -20,6 +22,8 @@ NUM_SAVE_BUCKETS = 64
 GOLDEN = 0x9E3779B97F4A7C15
 _MIX1 = 0xBF58476D1CE4E5B9
 _MIX2 = 0x94D049BB133111EB
+_MIX1_INVERSE = pow(_MIX1, -1, 2**64)
+_MIX2_INVERSE = pow(_MIX2, -1, 2**64)
 
 
 def check_key_dtype(key_dtype, table_name: str) -> tf.DType:
@@ -43,6 +47,27 @@ def mix64(values: tf.Tensor) -> tf.Tensor:
     values = tf.bitwise.bitwise_xor(values, shift(values, _u64(30))) * _u64(_MIX1)
     values = tf.bitwise.bitwise_xor(values, shift(values, _u64(27))) * _u64(_MIX2)
     return tf.bitwise.bitwise_xor(values, shift(values, _u64(31)))
+
+
+def _unshift(values: tf.Tensor, shift: int) -> tf.Tensor:
+    """The inverse of ``values ^ (values >> shift)``."""
+    result, applied = values, shift
+    while applied < 64:
+        result = tf.bitwise.bitwise_xor(values, tf.bitwise.right_shift(result, _u64(shift)))
+        applied += shift
+    return result
+
+
+def unmix64(values: tf.Tensor) -> tf.Tensor:
+    """The inverse of ``mix64``: splitmix64's finaliser is a bijection of uint64."""
+    values = _unshift(values, 31) * _u64(_MIX2_INVERSE)
+    values = _unshift(values, 27) * _u64(_MIX1_INVERSE)
+    return _unshift(values, 30)
+
+
+def ids_of_hashes(hashes: tf.Tensor) -> tf.Tensor:
+    """The int64 ids whose ``hash64`` are ``hashes`` (uint64)."""
+    return tf.bitcast(unmix64(hashes) - _u64(GOLDEN), tf.int64)
 
 
 def hash64(ids: tf.Tensor) -> tf.Tensor:
@@ -71,3 +96,54 @@ def shard_of(ids: tf.Tensor, num_shards: int) -> tf.Tensor:
 def buckets_of_shard(shard: int, num_shards: int) -> list[int]:
     """The save buckets shard ``shard`` of ``num_shards`` holds."""
     return list(range(shard, NUM_SAVE_BUCKETS, num_shards))
+
+
+# --- Stored keys: (table, id) as one key of a group's hash table --------------------------------------------------
+
+TAG_DIGITS = 19  # a tag below 2**62 written in decimal: the fixed-length prefix of a stored string key
+
+
+def table_tag(table_name: str) -> int:
+    """The table's tag: a 62-bit fingerprint of its name, the same in every process (>= 0, below 2**62)."""
+    digest = hashlib.blake2b(table_name.encode("utf-8"), digest_size=8).digest()
+    return int.from_bytes(digest, "little") >> 2
+
+
+def stored_keys(key_dtype: tf.DType, tags: tf.Tensor, ids: tf.Tensor, hashes: tf.Tensor) -> tf.Tensor:
+    """The keys (table, id) are stored under: int64 [n, 2] pairs [tag, hash64(id)], or tag-prefixed strings.
+
+    Args:
+        key_dtype: The tables' key dtype.
+        tags: The table tag of each id (int64, [n] or a scalar).
+        ids: The ids.
+        hashes: ``hash64(ids)``.
+
+    Returns:
+        One stored key per id, distinct for distinct (table, id): the int64 hash is a bijection of the id.
+    """
+    if key_dtype == tf.string:
+        prefixes = tf.strings.as_string(tags, width=TAG_DIGITS, fill="0")
+        return tf.strings.join([prefixes, ids])
+    tags = tf.broadcast_to(tf.cast(tags, tf.int64), tf.shape(hashes))
+    return tf.stack([tags, tf.bitcast(hashes, tf.int64)], 1)
+
+
+def tags_of(key_dtype: tf.DType, stored: tf.Tensor) -> tf.Tensor:
+    """The table tag (int64) of each stored key."""
+    if key_dtype == tf.string:
+        return tf.strings.to_number(tf.strings.substr(stored, 0, TAG_DIGITS), tf.int64)
+    return stored[:, 0]
+
+
+def ids_of(key_dtype: tf.DType, stored: tf.Tensor) -> tf.Tensor:
+    """The id of each stored key."""
+    if key_dtype == tf.string:
+        return tf.strings.substr(stored, TAG_DIGITS, tf.int32.max)
+    return ids_of_hashes(tf.bitcast(stored[:, 1], tf.uint64))
+
+
+def hashes_of(key_dtype: tf.DType, stored: tf.Tensor) -> tf.Tensor:
+    """``hash64`` of each stored key's id, without computing it again for int64 ids."""
+    if key_dtype == tf.string:
+        return hash64(ids_of(key_dtype, stored))
+    return tf.bitcast(stored[:, 1], tf.uint64)

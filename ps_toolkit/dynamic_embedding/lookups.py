@@ -17,7 +17,8 @@ import tensorflow as tf
 from ps_toolkit.base.errors import ConfigError
 from ps_toolkit.dynamic_embedding import keys
 from ps_toolkit.dynamic_embedding.hash_tables import on_device
-from ps_toolkit.dynamic_embedding.table import LOOKUPS, DynamicTable, TableShard
+from ps_toolkit.dynamic_embedding.layout import GroupShard
+from ps_toolkit.dynamic_embedding.table import LOOKUPS, DynamicTable
 
 COMBINERS = ("sum", "mean", "sqrtn")
 
@@ -117,24 +118,33 @@ def unique_rows(table: DynamicTable, unique_ids: tf.Tensor, counts: tf.Tensor) -
     Returns:
         A ``[len(unique_ids), dim]`` tensor of their rows (initial rows for ids not admitted).
     """
+    hashes = keys.hash64(unique_ids)
     if table.num_shards == 1:
-        rows = read_shard(table.shards[0], unique_ids)
+        rows = read_shard(table, table.shards[0], unique_ids, hashes)
     else:
-        shard = keys.shard_of(unique_ids, table.num_shards)
-        parts = tf.dynamic_partition(unique_ids, shard, table.num_shards)
+        shard = keys.shard_of_bucket(keys.save_bucket(hashes), table.num_shards)
+        parts = zip(
+            tf.dynamic_partition(unique_ids, shard, table.num_shards),
+            tf.dynamic_partition(hashes, shard, table.num_shards),
+            strict=True,
+        )
         positions = tf.dynamic_partition(tf.range(tf.size(unique_ids)), shard, table.num_shards)
-        rows = tf.dynamic_stitch(positions, [read_shard(s, ids) for s, ids in zip(table.shards, parts, strict=True)])
+        rows = tf.dynamic_stitch(
+            positions, [read_shard(table, s, *part) for s, part in zip(table.shards, parts, strict=True)]
+        )
     rows = tf.identity(tf.ensure_shape(rows, [None, table.dim]), name="unique_rows")
     tf.compat.v1.add_to_collection(LOOKUPS, LookupRecord(table, unique_ids, counts, rows))
     return rows
 
 
-def read_shard(shard: TableShard, ids: tf.Tensor) -> tf.Tensor:
-    """On the shard's ps: the rows of ``ids``, the initial row for those not admitted."""
-    table = shard.table
+def read_shard(table: DynamicTable, shard: GroupShard, ids: tf.Tensor, hashes: tf.Tensor) -> tf.Tensor:
+    """On the shard's ps: the rows of ``ids``; the initial row, made there, for those without one."""
     with on_device(shard.device):
-        admitted = shard.meta.find(ids)[:, 0] >= table.admit_after
-        return tf.where(admitted[:, None], shard.rows.find(ids), table.initial_rows(ids))
+        rows = shard.rows.find(keys.stored_keys(table.key_dtype, table.tag, ids, hashes))
+        # An absent id reads NaN: only those get their initial row computed.
+        missing = tf.where(tf.math.is_nan(rows[:, 0]))
+        initial = table.initializer.rows_of_hashes(tf.gather_nd(hashes, missing), table.dim, table.value_dtype)
+        return tf.tensor_scatter_nd_update(rows, missing, initial)
 
 
 def records_of_graph(graph=None) -> list[LookupRecord]:

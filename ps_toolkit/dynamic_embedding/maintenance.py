@@ -15,7 +15,7 @@ import logging
 
 import tensorflow as tf
 
-from ps_toolkit.dynamic_embedding import eviction
+from ps_toolkit.dynamic_embedding import eviction, shard_records
 from ps_toolkit.dynamic_embedding.table import STAT_ADMITTED, STAT_EVICTED, DynamicTable
 
 log = logging.getLogger(__name__)
@@ -42,18 +42,20 @@ class TableMaintenanceHook(tf.compat.v1.train.SessionRunHook):
     def begin(self):
         """Builds the eviction op and the measures of every table."""
         self._global_step = tf.compat.v1.train.get_global_step()
-        evicting = [table for table in self._tables if eviction.evicts(table)]
+        groups = {id(table.group): table.group for table in self._tables}.values()
+        evicting = [group for group in groups if any(eviction.evicts(t) for t in group.tables)]
         with tf.name_scope("table_maintenance"):
             # One session.run does it all, in order: the sizes before, the eviction, the measures after.
-            before = {table.name: table.size() for table in self._tables}
-            with tf.control_dependencies(list(before.values())):
-                evict = tf.group(*[eviction.eviction_op(t, self._global_step) for t in evicting])
+            before = _rows_per_shard(self._tables)
+            with tf.control_dependencies(_flat(before)):
+                evict = tf.group(*[eviction.eviction_op(group, self._global_step) for group in evicting])
             with tf.control_dependencies([evict]):
+                after = _rows_per_shard(self._tables)
                 measures = {
                     table.name: {
-                        "rows_before_eviction": before[table.name],
-                        "rows": table.size(),
-                        "rows_per_shard": table.shard_sizes(),
+                        "rows_before_eviction": tf.add_n(before[table.name]),
+                        "rows": tf.add_n(after[table.name]),
+                        "rows_per_shard": after[table.name],
                         "admitted": table.stat(STAT_ADMITTED),
                         "evicted": table.stat(STAT_EVICTED),
                     }
@@ -136,3 +138,17 @@ def _append_thinned(history: list, record: dict) -> None:
     history.append({k: record[k] for k in ("global_step", "rows_before_eviction", "rows", "admitted", "evicted")})
     if len(history) > HISTORY_LENGTH:
         del history[1:-1:2]
+
+
+def _rows_per_shard(tables) -> dict:
+    """Table name -> its number of rows on each shard: one scan of each group shard's rows for all its tables."""
+    counts = {}
+    for table in tables:
+        for shard in table.shards:
+            if shard not in counts:
+                counts[shard] = shard_records.row_counts(shard)
+    return {table.name: [counts[shard][table.group.tables.index(table)] for shard in table.shards] for table in tables}
+
+
+def _flat(per_table: dict) -> list:
+    return [count for counts in per_table.values() for count in counts]

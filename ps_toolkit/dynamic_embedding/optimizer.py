@@ -9,7 +9,7 @@ import dataclasses
 
 import tensorflow as tf
 
-from ps_toolkit.dynamic_embedding import apply, lookups, row_rules, sync_pairs
+from ps_toolkit.dynamic_embedding import apply, keys, lookups, row_rules, sync_pairs
 from ps_toolkit.dynamic_embedding.lookups import LookupRecord
 from ps_toolkit.dynamic_embedding.sync_pairs import ShardRows
 from ps_toolkit.dynamic_embedding.table import tables_of_graph
@@ -57,7 +57,11 @@ def sync_gradients(grads_and_vars) -> list:
 
 def sync_shard_variables(graph=None) -> list:
     """A ShardRows for every shard of every table of the graph: the 'variables' a sync loop aggregates."""
-    return [ShardRows(shard) for table in tables_of_graph(graph) for shard in table.shards]
+    return [ShardRows(table, shard) for table in tables_of_graph(graph) for shard in table.shards]
+
+
+def _table_of(rows):
+    return rows.table
 
 
 def _by_table(pairs) -> dict:
@@ -149,38 +153,54 @@ class TableOptimizer:
         tables = [(g, v) for g, v in grads_and_vars if is_table_rows(v) and g is not None]
         dense = [(g, v) for g, v in grads_and_vars if not is_table_rows(v)]
         step = global_step if global_step is not None else tf.compat.v1.train.get_global_step()
+        dense_variables = [v for g, v in dense if g is not None]
+        context = self.begin_step(dense_variables, tables)
         with tf.name_scope(name or "apply_tables"):
-            updates = self.table_updates(tables, step)
+            updates = self.table_updates(tables, step, context)
         if dense:
             with tf.control_dependencies(updates):
                 return self.optimizer.apply_gradients(dense, global_step=global_step, name=name)
         with tf.control_dependencies(updates):
-            if global_step is None:
-                return tf.no_op()
-            return tf.compat.v1.assign_add(global_step, 1).op
+            finished = self.rule.finish(context, False) if tables else []
+            if global_step is not None:
+                finished.append(tf.compat.v1.assign_add(global_step, 1).op)
+            return tf.group(*finished)
 
-    def table_updates(self, pairs, global_step) -> list:
-        """The ops applying (gradient, TableRows) pairs, one per table (its lookups merged by id).
+    def begin_step(self, dense_variables, table_pairs) -> dict:
+        """The row rule's values for one step (Adam's beta powers), placed as the wrapped optimizer places its own."""
+        if not table_pairs:
+            return {}
+        if dense_variables:
+            anchor = min(dense_variables, key=lambda v: v.name)
+        else:
+            anchor = _table_of(table_pairs[0][1]).shards[0].rows.handle
+        return self.rule.begin(anchor)
+
+    def table_updates(self, pairs, global_step, context=None) -> list:
+        """The ops applying (gradient, TableRows) pairs: one update per group shard, every table's ids in it.
 
         Args:
             pairs: (gradient, TableRows) pairs, or (mean gradient, ShardRows) pairs from sync aggregation.
             global_step: The global step the rows are marked as seen at.
+            context: ``begin_step``'s values; made here when not given.
 
         Returns:
-            One update op per table or shard.
+            One update op per group shard the step touches.
         """
-        updates = []
+        if context is None:
+            context = self.begin_step([], pairs)
+        by_shard = {}
         for records in _by_table([(g, v) for g, v in pairs if isinstance(v, TableRows)]).values():
             ids, grads, counts = apply.merged(records)
-            updates.append(apply.apply_table(records[0][0].table, self.rule, ids, grads, counts, global_step))
+            apply.add_table(by_shard, records[0][0].table, ids, grads, counts)
         for mean, rows in [(g, v) for g, v in pairs if isinstance(v, ShardRows)]:
-            # The sync accumulators' mean of the replicas' [gradient, count] rows, by id, for one shard.
-            table = rows.shard.table
+            # The sync accumulators' mean of the replicas' [gradient, count] rows, by id, for one table's shard.
+            table = rows.table
             ids = tf.ensure_shape(mean.indices, [None])
             grads, counts = sync_pairs.split_values(table, tf.ensure_shape(mean.values, [None, table.dim + 1]))
-            step = tf.cast(global_step, tf.int64) if global_step is not None else tf.constant(0, tf.int64)
-            updates.append(apply.apply_shard(rows.shard, self.rule, ids, grads, counts, step))
-        return updates
+            by_shard.setdefault(rows.shard, apply.ShardUpdate()).add(table, ids, keys.hash64(ids), grads, counts)
+        step = tf.cast(global_step, tf.int64) if global_step is not None else tf.constant(0, tf.int64)
+        return [apply.apply_shard(shard, self.rule, update, step, context) for shard, update in by_shard.items()]
 
     def minimize(self, loss, global_step=None, var_list=None, name=None, **kwargs) -> tf.Operation:
         """``compute_gradients`` then ``apply_gradients``, as ``tf.compat.v1.train.Optimizer.minimize``.

@@ -20,13 +20,30 @@ from ps_toolkit.base.errors import ConfigError
 SUPPORTED = "GradientDescent, Momentum, Adagrad, Adam, Ftrl, RMSProp (tf.compat.v1.train)"
 
 
+def _no_context(anchor) -> dict:
+    return {}
+
+
+def _nothing_to_finish(context, dense_applied: bool) -> list:
+    return []
+
+
 @dataclasses.dataclass(frozen=True)
 class RowRule:
-    """An optimizer's row update: ``update(rows, slots, grads, step) -> (rows, slots)``; ``slots``: name -> initial."""
+    """An optimizer's row update: ``update(rows, slots, grads, step, context) -> (rows, slots)``.
+
+    ``slots``: name -> initial value. ``begin(anchor)`` makes the values one step's updates share
+    (``context``), before any of them, beside ``anchor`` (the first dense variable by name, as TF1's
+    optimizers place their non-slot variables, else a table's hash table); ``finish(context, dense_applied)`` the
+    ops that end the step once every table is updated (the wrapped optimizer's own finish runs
+    instead when it applied dense variables).
+    """
 
     name: str
     slots: dict
     update: Callable
+    begin: Callable = _no_context
+    finish: Callable = _nothing_to_finish
 
 
 def rule_for(optimizer) -> RowRule:
@@ -35,6 +52,8 @@ def rule_for(optimizer) -> RowRule:
     if found is None:
         raise ConfigError(f"dynamic tables cannot be trained by {type(optimizer).__name__}; supported: {SUPPORTED}")
     class_name, hyper = found
+    if class_name == "AdamOptimizer":
+        return _adam(hyper, optimizer)
     return _MAKERS[class_name](hyper)
 
 
@@ -43,14 +62,14 @@ def _value(value, dtype) -> tf.Tensor:
 
 
 def _sgd(hyper) -> RowRule:
-    def update(rows, slots, grads, step):
+    def update(rows, slots, grads, step, context):
         return rows - _value(hyper["learning_rate"], rows.dtype) * grads, {}
 
     return RowRule("sgd", {}, update)
 
 
 def _momentum(hyper) -> RowRule:
-    def update(rows, slots, grads, step):
+    def update(rows, slots, grads, step, context):
         lr, momentum = _value(hyper["learning_rate"], rows.dtype), _value(hyper["momentum"], rows.dtype)
         accum = slots["momentum"] * momentum + grads
         if hyper["use_nesterov"]:
@@ -61,32 +80,46 @@ def _momentum(hyper) -> RowRule:
 
 
 def _adagrad(hyper) -> RowRule:
-    def update(rows, slots, grads, step):
+    def update(rows, slots, grads, step, context):
         accum = slots["accumulator"] + grads * grads
         return rows - _value(hyper["learning_rate"], rows.dtype) * grads * tf.math.rsqrt(accum), {"accumulator": accum}
 
     return RowRule("adagrad", {"accumulator": float(hyper["initial_accumulator_value"])}, update)
 
 
-def _adam(hyper) -> RowRule:
-    def update(rows, slots, grads, step):
+def _adam(hyper, optimizer) -> RowRule:
+    # Adam's step count is its beta powers, which the optimizer raises once per apply_gradients: the
+    # tables read the same variables (made here if the optimizer has not made them yet), so rows and
+    # dense variables share one count, whether or not the training op increments a global step.
+    def begin(anchor):
+        return {"powers": tf_internals.adam_beta_powers(optimizer, anchor)}
+
+    def update(rows, slots, grads, step, context):
         dtype = rows.dtype
         beta1, beta2 = _value(hyper["beta1"], dtype), _value(hyper["beta2"], dtype)
-        # TF's Adam counts its applies in beta powers; here the global step does (t = step + 1).
-        t = tf.cast(step + 1, dtype)
-        lr = _value(hyper["learning_rate"], dtype) * tf.sqrt(1 - tf.pow(beta2, t)) / (1 - tf.pow(beta1, t))
+        beta1_power, beta2_power = (tf.cast(p, dtype) for p in context["powers"])
+        lr = _value(hyper["learning_rate"], dtype) * tf.sqrt(1 - beta2_power) / (1 - beta1_power)
         m = slots["m"] * beta1 + (1 - beta1) * grads
         v = slots["v"] * beta2 + (1 - beta2) * grads * grads
         return rows - lr * m / (tf.sqrt(v) + _value(hyper["epsilon"], dtype)), {"m": m, "v": v}
 
-    return RowRule("adam", {"m": 0.0, "v": 0.0}, update)
+    def finish(context, dense_applied):
+        if dense_applied:  # the optimizer's own finish raised the powers
+            return []
+        beta1_power, beta2_power = context["powers"]
+        return [
+            beta1_power.assign(beta1_power * _value(hyper["beta1"], beta1_power.dtype), read_value=False),
+            beta2_power.assign(beta2_power * _value(hyper["beta2"], beta2_power.dtype), read_value=False),
+        ]
+
+    return RowRule("adam", {"m": 0.0, "v": 0.0}, update, begin, finish)
 
 
 def _ftrl(hyper) -> RowRule:
     if hyper["beta"] or hyper["l2_shrinkage"]:
         raise ConfigError("dynamic tables train Ftrl without beta and l2_shrinkage_regularization_strength")
 
-    def update(rows, slots, grads, step):
+    def update(rows, slots, grads, step, context):
         dtype = rows.dtype
         lr, power = _value(hyper["learning_rate"], dtype), _value(hyper["learning_rate_power"], dtype)
         l1, l2 = _value(hyper["l1"], dtype), _value(hyper["l2"], dtype)
@@ -104,7 +137,7 @@ def _ftrl(hyper) -> RowRule:
 def _rmsprop(hyper) -> RowRule:
     centered = bool(hyper["centered"])
 
-    def update(rows, slots, grads, step):
+    def update(rows, slots, grads, step, context):
         dtype = rows.dtype
         decay, epsilon = _value(hyper["decay"], dtype), _value(hyper["epsilon"], dtype)
         lr, momentum = _value(hyper["learning_rate"], dtype), _value(hyper["momentum"], dtype)
@@ -130,7 +163,6 @@ _MAKERS = {
     "GradientDescentOptimizer": _sgd,
     "MomentumOptimizer": _momentum,
     "AdagradOptimizer": _adagrad,
-    "AdamOptimizer": _adam,
     "FtrlOptimizer": _ftrl,
     "RMSPropOptimizer": _rmsprop,
 }

@@ -1,4 +1,4 @@
-"""Tables in the chief's checkpoints: each shard's rows, meta and slots saved bucket by bucket, re-sharded on restore.
+"""Tables in the chief's checkpoints: each table's rows, meta and slots saved bucket by bucket, re-sharded on restore.
 
 Design: docs/design.md, "Dynamic embedding tables".
 """
@@ -11,7 +11,7 @@ import weakref
 import tensorflow as tf
 
 from ps_toolkit.base import tf_internals
-from ps_toolkit.dynamic_embedding import keys
+from ps_toolkit.dynamic_embedding import keys, shard_records
 from ps_toolkit.dynamic_embedding.hash_tables import HashTable, on_device
 
 _SaveableObject, _SaveSpec = tf_internals.saveable_classes()
@@ -20,20 +20,22 @@ FILLED = "filled"
 _MARKERS_BY_GRAPH = weakref.WeakKeyDictionary()
 
 
-def register_saveables(table) -> None:
-    """Adds a saveable for each of ``table``'s hash tables, now and as slots are made, to SAVEABLE_OBJECTS.
+def register_saveables(group) -> None:
+    """Adds to SAVEABLE_OBJECTS a saveable for each hash table of each of ``group``'s shards, now and as slots come.
 
-    A shard's components are exported one after the other (each export waits for the previous
-    component's buckets to be read), so the ps holds one whole export copy at a time, not one per component.
+    Each saveable writes every table of the group under the table's own names, bucket by bucket
+    (``checkpoint_name``): one export and one split per hash table, whatever the number of tables.
     """
-    split_of_last = {}  # shard prefix -> the ops that read its last registered component's buckets
 
     def add(shard, component, hash_table):
-        saveable = ShardComponentSaveable(shard, component, hash_table, after=split_of_last.get(shard.prefix, ()))
-        split_of_last[shard.prefix] = saveable.split_ops
-        tf.compat.v1.add_to_collection(tf.compat.v1.GraphKeys.SAVEABLE_OBJECTS, saveable)
+        tf.compat.v1.add_to_collection(
+            tf.compat.v1.GraphKeys.SAVEABLE_OBJECTS, GroupShardSaveable(shard, component, hash_table)
+        )
 
-    table.add_component_listener(add)
+    for shard in group.shards:
+        for component, hash_table in shard.components():
+            add(shard, component, hash_table)
+        shard.on_new_slot(lambda name, hash_table, shard=shard: add(shard, f"slot_{name}", hash_table))
 
 
 def checkpoint_name(table_name: str, component: str, bucket: int, part: str) -> str:
@@ -41,64 +43,94 @@ def checkpoint_name(table_name: str, component: str, bucket: int, part: str) -> 
     return f"{table_name}/{component}/bucket_{bucket:02d}/{part}"
 
 
-class ShardComponentSaveable(_SaveableObject):
-    """One hash table of one shard, saved as the save buckets the shard owns.
+class GroupShardSaveable(_SaveableObject):
+    """One hash table of one group shard, saved as each table's save buckets the shard owns.
+
+    The specs are built when a Saver first asks for them, so that they cover every table made
+    before the Saver (tables join their group one by one as the model is built).
 
     Args:
-        shard: The TableShard.
+        shard: The GroupShard.
         component: "rows", "meta" or "slot_<name>".
         hash_table: The component's HashTable.
-        after: Ops the export waits for (the shard's previous component's split): one export copy at a time.
     """
 
-    def __init__(self, shard, component: str, hash_table: HashTable, after=()):
-        table = shard.table
-        self._hash_table, self._table_name, self._component = hash_table, table.name, component
-        self._dim_shape = hash_table.value_shape
-        owned = keys.buckets_of_shard(shard.index, table.num_shards)
-        with (
-            on_device(shard.device),
-            tf.name_scope(f"save_{shard.prefix}_{component}".replace("/", "_")),
-            # Out of any loop or step the component was first made in: the save runs on its own.
-            tf.control_dependencies(None),
-            tf.control_dependencies(list(after)),
-        ):
-            # Only the keys of the export are used: its values copy is freed as soon as it is made, and each
-            # bucket's values are read from the table by key, so the values are held once (for the write).
-            ids, _ = hash_table.export()
-            # Every key of this shard is in one of its buckets, whose position among them is bucket // num_shards.
-            position = tf.math.floordiv(keys.save_bucket(keys.hash64(ids)), table.num_shards)
-            id_parts = tf.dynamic_partition(ids, position, len(owned))
-            value_parts = [hash_table.find(part) for part in id_parts]
-        self.split_ops = tuple(part.op for part in value_parts)
-        specs = []
-        for bucket, id_part, value_part in zip(owned, id_parts, value_parts, strict=True):
-            specs.append(
-                _SaveSpec(id_part, "", checkpoint_name(table.name, component, bucket, "keys"), device=shard.device)
-            )
-            specs.append(
-                _SaveSpec(value_part, "", checkpoint_name(table.name, component, bucket, "values"), device=shard.device)
-            )
+    def __init__(self, shard, component: str, hash_table: HashTable):
+        self._shard, self._component, self._hash_table = shard, component, hash_table
+        self._specs = None
+        self._tables = None
         # Named after the hash table's op: an exported MetaGraph lists the saveables by name as graph elements.
-        super().__init__(hash_table.handle, specs, hash_table.handle.op.name)
+        self.op, self.name = hash_table.handle, hash_table.handle.op.name
         self.filled = filled_marker(hash_table)
 
+    @property
+    def specs(self):
+        """One keys and one values SaveSpec per table of the group and bucket of the shard."""
+        if self._specs is None:
+            self._specs = self._build_specs()
+        return self._specs
+
+    @specs.setter
+    def specs(self, value):
+        self._specs = value
+
+    def _build_specs(self) -> list:
+        shard, group = self._shard, self._shard.group
+        self._tables = list(group.tables)
+        owned = keys.buckets_of_shard(shard.index, group.num_shards)
+        key_dtype = group.key.key_dtype
+        with (
+            on_device(shard.device),
+            tf.name_scope(f"save_{shard.prefix}_{self._component}".replace("/", "_")),
+            tf.control_dependencies(None),
+        ):
+            found = shard_records.entries(shard, self._hash_table)
+            hashes = keys.hashes_of(key_dtype, found.stored)
+            # Every entry of this shard is in one of its buckets, whose position among them is bucket // num_shards.
+            position = tf.math.floordiv(keys.save_bucket(hashes), group.num_shards)
+            part = found.table_index * len(owned) + position
+            num_parts = len(self._tables) * len(owned)
+            part = tf.where(found.table_index < len(self._tables), part, num_parts)  # the rest: a part dropped
+            id_parts = tf.dynamic_partition(keys.ids_of(key_dtype, found.stored), part, num_parts + 1)
+            value_parts = tf.dynamic_partition(found.values, part, num_parts + 1)
+        specs = []
+        for t, table in enumerate(self._tables):
+            for b, bucket in enumerate(owned):
+                for kind, parts in (("keys", id_parts), ("values", value_parts)):
+                    name = checkpoint_name(table.name, self._component, bucket, kind)
+                    specs.append(_SaveSpec(parts[t * len(owned) + b], "", name, device=shard.device))
+        return specs
+
+    @property
+    def device(self):
+        """The shard's ps."""
+        return self._shard.device
+
     def restore(self, restored_tensors, restored_shapes=None):
-        """Replaces the shard's content by the keys and values of its buckets."""
-        with on_device(self._hash_table.device):
-            ids = tf.concat(list(restored_tensors[0::2]), 0)
-            values = tf.concat(list(restored_tensors[1::2]), 0)
-            row_shape = tf.shape(values, out_type=tf.int64)[1:]
+        """Replaces the shard's content by the keys and values of its tables' buckets."""
+        shard, group = self._shard, self._shard.group
+        key_dtype, width = group.key.key_dtype, self._hash_table.width
+        per_table = len(restored_tensors) // (2 * len(self._tables))
+        with on_device(shard.device):
+            ids, values, tags = [], [], []
+            for t, table in enumerate(self._tables):
+                mine = restored_tensors[2 * per_table * t : 2 * per_table * (t + 1)]
+                table_ids = tf.concat(list(mine[0::2]), 0)
+                ids.append(table_ids)
+                values.append(tf.concat(list(mine[1::2]), 0))
+                tags.append(tf.fill(tf.shape(table_ids), tf.constant(table.tag, tf.int64)))
+            ids, values, tags = tf.concat(ids, 0), tf.concat(values, 0), tf.concat(tags, 0)
             check = tf.debugging.assert_equal(
-                row_shape,
-                tf.constant(self._dim_shape.as_list(), tf.int64),
+                tf.shape(values, out_type=tf.int64)[1],
+                tf.constant(width, tf.int64),
                 message=(
-                    f"dynamic table {self._table_name} {self._component}: the checkpoint holds values of another "
-                    f"shape than the table's {self._dim_shape.as_list()}"
+                    f"dynamic table {', '.join(t.name for t in self._tables)} {self._component}: the checkpoint "
+                    f"holds values of another shape than the table's [{width}]"
                 ),
             )
+            stored = keys.stored_keys(key_dtype, tags, ids, keys.hash64(ids))
             with tf.control_dependencies([check]):
-                replaced = self._hash_table.replace(ids, values)
+                replaced = self._hash_table.replace(stored, tf.ensure_shape(values, [None, width]))
             with tf.control_dependencies([replaced]):
                 return self.filled.assign(True, read_value=False)
 

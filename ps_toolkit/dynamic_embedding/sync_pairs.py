@@ -11,18 +11,19 @@ import tensorflow as tf
 
 from ps_toolkit.base.errors import ConfigError
 from ps_toolkit.dynamic_embedding import keys
-from ps_toolkit.dynamic_embedding.table import TableShard
+from ps_toolkit.dynamic_embedding.layout import GroupShard
 
 
 @dataclasses.dataclass(frozen=True)
 class ShardRows:
     """The 'variable' of one shard's gradient in sync training."""
 
-    shard: TableShard
+    table: object  # the DynamicTable
+    shard: GroupShard
 
     @property
     def name(self) -> str:
-        return f"{self.shard.prefix}/rows_gradient"
+        return f"{self.table.name}/shard_{self.shard.index}_of_{self.table.num_shards}/rows_gradient"
 
     @property
     def device(self) -> str:
@@ -30,10 +31,10 @@ class ShardRows:
 
     @property
     def dtype(self) -> tf.DType:
-        return self.shard.table.value_dtype
+        return self.table.value_dtype
 
     def get_shape(self) -> tf.TensorShape:
-        return tf.TensorShape([None, self.shard.table.dim + 1])
+        return tf.TensorShape([None, self.table.dim + 1])
 
 
 def per_shard_pairs(table, ids, grads, counts) -> list[tuple[tf.IndexedSlices, ShardRows]]:
@@ -45,11 +46,14 @@ def per_shard_pairs(table, ids, grads, counts) -> list[tuple[tf.IndexedSlices, S
         )
     values = tf.concat([tf.cast(grads, table.value_dtype), tf.cast(counts, table.value_dtype)[:, None]], 1)
     if table.num_shards == 1:
-        return [(tf.IndexedSlices(values, ids), ShardRows(table.shards[0]))]
+        return [(tf.IndexedSlices(values, ids), ShardRows(table, table.shards[0]))]
     shard = keys.shard_of(ids, table.num_shards)
     id_parts = tf.dynamic_partition(ids, shard, table.num_shards)
     value_parts = tf.dynamic_partition(values, shard, table.num_shards)
-    return [(tf.IndexedSlices(v, i), ShardRows(s)) for s, i, v in zip(table.shards, id_parts, value_parts, strict=True)]
+    return [
+        (tf.IndexedSlices(v, i), ShardRows(table, s))
+        for s, i, v in zip(table.shards, id_parts, value_parts, strict=True)
+    ]
 
 
 def split_values(table, values: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:

@@ -1,10 +1,10 @@
 """A dynamic embedding table: id -> row, sharded over the ps by a hash of the id; created once per graph by name.
 
-Each shard holds, on its ps, hash tables keyed by id: the rows, the meta
-(int64 [count seen, global step last seen]), one table per optimizer slot
-(made when the optimizer first applies to the table) and two counters
-(admissions, evictions). A row exists only for an admitted id; an id with a
-meta entry but no row is still being counted towards admission.
+A table's rows live in its group's hash tables on each ps (``layout``), keyed
+by (table tag, id): the rows, the meta (int64 [count seen, global step last
+seen]), one table per optimizer slot and the counters (admissions,
+evictions). A row exists only for an admitted id; an id with a meta entry but
+no row is still being counted towards admission.
 """
 
 from __future__ import annotations
@@ -16,9 +16,9 @@ from collections.abc import Sequence
 import tensorflow as tf
 
 from ps_toolkit.base.errors import ConfigError
-from ps_toolkit.dynamic_embedding import keys
-from ps_toolkit.dynamic_embedding.hash_tables import HashTable
+from ps_toolkit.dynamic_embedding import keys, layout
 from ps_toolkit.dynamic_embedding.initial_rows import InitialRows
+from ps_toolkit.dynamic_embedding.layout import NEVER_SEEN, STAT_ADMITTED, STAT_EVICTED  # noqa: F401 - re-exported
 
 TABLES = "ps_toolkit_dynamic_tables"
 # graph -> {full name: DynamicTable}. Not a graph collection: an exported MetaGraph (estimator export, the
@@ -28,8 +28,6 @@ _DEVICES = "ps_toolkit_dynamic_table_devices"
 # The graph collection of the lookups' records (lookups.py adds them; training reads them).
 LOOKUPS = "ps_toolkit_dynamic_lookups"
 VALUE_DTYPES = (tf.float32, tf.float64, tf.float16, tf.bfloat16)
-NEVER_SEEN = (0, -1)  # the meta of an id the shard does not know: seen 0 times, last at step -1
-STAT_ADMITTED, STAT_EVICTED = 0, 1
 
 
 @contextlib.contextmanager
@@ -57,33 +55,6 @@ def default_devices() -> tuple:
     return stack[-1] if stack and stack[-1] else (None,)
 
 
-class TableShard:
-    """Shard ``index`` of a table: its hash tables on ``device``."""
-
-    def __init__(self, table: DynamicTable, index: int, device: str | None):
-        self.table, self.index, self.device = table, index, device
-        prefix = f"{table.name}/shard_{index}_of_{table.num_shards}"
-        self.prefix = prefix
-        self.rows = HashTable(f"{prefix}/rows", table.key_dtype, table.value_dtype, [table.dim], 0, device)
-        self.meta = HashTable(f"{prefix}/meta", table.key_dtype, tf.int64, [2], NEVER_SEEN, device)
-        self.stats = HashTable(f"{prefix}/stats", tf.int64, tf.int64, [1], 0, device)
-        self.slots: dict[str, HashTable] = {}
-
-    def slot(self, name: str) -> HashTable:
-        """The hash table of optimizer slot ``name`` (made on first use, beside the rows)."""
-        if name not in self.slots:
-            self.slots[name] = HashTable(
-                f"{self.prefix}/slot_{name}",
-                self.table.key_dtype,
-                self.table.value_dtype,
-                [self.table.dim],
-                0,
-                self.device,
-            )
-            self.table.on_new_component(self, f"slot_{name}", self.slots[name])
-        return self.slots[name]
-
-
 class DynamicTable:
     """An id -> row table over the ps shards; get one with ``get_table``. Read it with ``lookup``."""
 
@@ -106,22 +77,16 @@ class DynamicTable:
         self.evict_after_steps, self.max_rows_per_shard = evict_after_steps, max_rows_per_shard
         self.devices = tuple(devices)
         self.num_shards = len(self.devices)
-        self._component_listeners = []
-        self.shards = [TableShard(self, i, device) for i, device in enumerate(self.devices)]
+        self.tag = keys.table_tag(name)
+        self.group = layout.group_of(
+            layout.GroupKey(key_dtype, value_dtype, dim, self.devices, initializer, admit_after)
+        )
+        self.group.add(self)
 
-    def on_new_component(self, shard: TableShard, component: str, hash_table: HashTable) -> None:
-        """Tells every listener of ``add_component_listener`` that ``shard`` has a new hash table."""
-        for listener in self._component_listeners:
-            listener(shard, component, hash_table)
-
-    def add_component_listener(self, listener) -> None:
-        """``listener(shard, component, hash_table)`` for every component: those there now, and slots to come."""
-        self._component_listeners.append(listener)
-        for shard in self.shards:
-            for component, hash_table in [("rows", shard.rows), ("meta", shard.meta)] + [
-                (f"slot_{n}", t) for n, t in shard.slots.items()
-            ]:
-                listener(shard, component, hash_table)
+    @property
+    def shards(self) -> list[layout.GroupShard]:
+        """The group shards holding this table's rows, in shard order."""
+        return self.group.shards
 
     def initial_rows(self, ids: tf.Tensor) -> tf.Tensor:
         """The rows ``ids`` have before any training: the table's ``InitialRows``, seeded by id."""
@@ -129,16 +94,17 @@ class DynamicTable:
 
     def size(self) -> tf.Tensor:
         """The number of rows (admitted ids) over all shards: an int64 scalar."""
-        return tf.add_n([shard.rows.size() for shard in self.shards])
+        return tf.add_n(self.shard_sizes())
 
     def shard_sizes(self) -> list[tf.Tensor]:
-        """The number of rows of each shard: int64 scalars, in shard order."""
-        return [shard.rows.size() for shard in self.shards]
+        """The number of rows of each shard: int64 scalars, in shard order (a scan of each shard's rows)."""
+        from ps_toolkit.dynamic_embedding import shard_records  # reads the layout, which this module builds
+
+        return [shard_records.row_count(self, shard) for shard in self.shards]
 
     def stat(self, which: int) -> tf.Tensor:
         """Admissions (STAT_ADMITTED) or evictions (STAT_EVICTED) over all shards since their ps started."""
-        key = tf.constant([which], tf.int64)
-        return tf.add_n([shard.stats.find(key)[0, 0] for shard in self.shards])
+        return tf.add_n([shard.read_stat(self.tag, which) for shard in self.shards])
 
     def __repr__(self):
         return f"DynamicTable({self.name!r}, dim={self.dim}, key_dtype={self.key_dtype.name}, shards={self.num_shards})"
@@ -211,7 +177,8 @@ def get_table(
     existing[full_name] = table
     from ps_toolkit.dynamic_embedding import saving  # saving needs the table's class, not the other way
 
-    saving.register_saveables(table)
+    if len(table.group.tables) == 1:  # a new group: its hash tables join the checkpoints
+        saving.register_saveables(table.group)
     return table
 
 
@@ -255,6 +222,7 @@ def clear_graph_collections(graph=None) -> bool:
     had_tables = bool(tables_of_graph(graph))
     if had_tables:
         _TABLES_BY_GRAPH.pop(graph, None)
+        layout.forget_groups(graph)
         for key in (_DEVICES, LOOKUPS, tf.compat.v1.GraphKeys.SAVEABLE_OBJECTS):
             graph.clear_collection(key)
     return had_tables
