@@ -100,12 +100,11 @@ def _save_peak(rows: int, dim: int, slots: int) -> dict:
         table = dynamic_embedding.get_table("bench", dim, devices=["/cpu:0"])
         shard = table.shards[0]
         ids = tf.compat.v1.placeholder(tf.int64, [None])
-        fill = [
-            shard.rows.insert(ids, tf.random.stateless_normal(tf.stack([tf.size(ids), dim]), seed=[1, 2])),
-            shard.meta.insert(ids, tf.ones(tf.stack([tf.size(ids), 2]), tf.int64)),
-        ]
+        rows_of_ids = tf.random.stateless_normal(tf.stack([tf.size(ids), dim]), seed=[1, 2])
+        fill = [dynamic_embedding.table_ops.insert(table, ids, rows_of_ids)]
         # An optimizer's slots (Adam has two): each one more hash table of ``rows`` rows in the same shard.
-        fill += [shard.slot(f"s{i}").insert(ids, tf.ones(tf.stack([tf.size(ids), dim]))) for i in range(slots)]
+        stored = dynamic_embedding.keys.stored_keys(tf.int64, table.tag, ids, dynamic_embedding.keys.hash64(ids))
+        fill += [shard.slot(f"s{i}").insert(stored, tf.ones(tf.stack([tf.size(ids), dim]))) for i in range(slots)]
         saver = tf.compat.v1.train.Saver(sharded=True)
         with tf.compat.v1.Session() as session, tempfile.TemporaryDirectory() as folder:
             chunk = 250_000

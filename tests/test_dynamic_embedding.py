@@ -341,17 +341,21 @@ def test_maintenance_evicts_and_measures_in_one_run_and_the_end_does_not_repeat_
     assert hook.runs == 3 and hook.result()["t"]["global_step"] == 3
 
 
-def test_a_save_exports_one_component_of_a_shard_at_a_time_and_keeps_only_its_keys():
+def test_a_save_exports_each_hash_table_once_for_all_tables_and_splits_it_in_one_copy():
     graph, _, _, _ = _trainer({}, shards=2)  # Adagrad: rows, meta and an accumulator slot per shard
-    exports = [op for op in graph.get_operations() if op.type == "LookupTableExportV2" and "save_t_" in op.name]
-    assert len(exports) == 6, [op.name for op in exports]
+    with graph.as_default():
+        for name in ("u", "v", "w"):  # more tables of the same group: no more exports
+            de.get_table(name, 2, devices=["/job:ps/task:0", "/job:ps/task:1"])
+        before = set(graph.get_operations())
+        tf.compat.v1.train.Saver(sharded=True)
+    new_ops = set(graph.get_operations()) - before
+    exports = [op for op in new_ops if op.type == "LookupTableExportV2" and "/save_dynamic_tables" in op.name]
+    with graph.as_default():
+        hash_tables = [t for g in de.layout.groups_of_graph() for shard in g.shards for t in shard.components()]
+    assert len(exports) == len(hash_tables) <= 10, [op.name for op in exports]  # 2 groups, never per table
     for export in exports:
-        # The export's values are read by nothing that runs (its shape check has no consumer): freed at once.
-        assert all(not user.outputs[0].consumers() for user in export.outputs[1].consumers()), export.name
-    for shard in ("shard_0", "shard_1"):
-        chain = [op for op in exports if shard in op.name]
-        assert not chain[0].control_inputs
-        # Each later component's export waits for the previous one's buckets, read by key.
-        for export in chain[1:]:
-            waits_for = {op.inputs[0].op.type for op in export.control_inputs}  # each a find's shape check
-            assert export.control_inputs and waits_for == {"LookupTableFindV2"}, export.control_inputs
+        # The dense table exports its own arrays (no copy); one partition copies the entries, for every table.
+        shape_checks = export.outputs[1].consumers()
+        assert {op.type for op in shape_checks} == {"EnsureShape"}, export.name
+        readers = [reader for check in shape_checks for reader in check.outputs[0].consumers()]
+        assert {op.type for op in readers} == {"DynamicPartition"}, (export.name, readers)

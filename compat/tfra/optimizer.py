@@ -45,14 +45,17 @@ class _TrainsTables:
         table_pairs = [(g, v) for g, v in grads_and_vars if tables.is_table_rows(v) and g is not None]
         dense = [(g, v) for g, v in grads_and_vars if not tables.is_table_rows(v)]
         step = global_step if global_step is not None else tf.compat.v1.train.get_global_step()
+        table_optimizer = tables.TableOptimizer(self)
+        context = table_optimizer.begin_step([v for g, v in dense if g is not None], table_pairs)
         with tf.name_scope((name or self.get_name()) + "_tables"):
-            updates = tables.TableOptimizer(self).table_updates(table_pairs, step)
+            updates = table_optimizer.table_updates(table_pairs, step, context)
         with tf.control_dependencies(updates):
             if dense:
                 return super().apply_gradients(dense, global_step=global_step, name=name)
-            if global_step is None:
-                return tf.group(*updates)
-            return tf.compat.v1.assign_add(global_step, 1).op
+            finished = table_optimizer.rule.finish(context, False) if table_pairs else []
+            if global_step is not None:
+                finished.append(tf.compat.v1.assign_add(global_step, 1).op)
+            return tf.group(*updates, *finished)
 
 
 def _trained_table_names(wrappers) -> set:

@@ -13,9 +13,8 @@ from __future__ import annotations
 
 import tensorflow as tf
 
-from ps_toolkit.dynamic_embedding.apply import count_stat
+from ps_toolkit.dynamic_embedding import eviction, shard_records
 from ps_toolkit.dynamic_embedding.hash_tables import on_device
-from ps_toolkit.dynamic_embedding.table import STAT_EVICTED
 from ps_toolkit_compat.tfra import errors, refused
 
 _COUNT, _LAST_SEEN = 0, 1  # the columns of a shard's meta table
@@ -53,7 +52,7 @@ class RestrictPolicy:
         keep = int(num_reserved / table.num_shards)
         return tf.compat.v1.cond(
             tf.greater(table.size(), trigger),
-            lambda: tf.group(*[evict_shard(shard, keep, self.SCORE_COLUMN) for shard in table.shards]),
+            lambda: tf.group(*[evict_shard(table, shard, keep, self.SCORE_COLUMN) for shard in table.shards]),
             tf.no_op,
         )
 
@@ -84,17 +83,16 @@ def make_policy(policy_class, var):
     return policy_class(var)
 
 
-def evict_shard(shard, keep: int, score_column: int) -> tf.Operation:
-    """On the shard's ps: removes all but the ``keep`` best-scored ids (row, slots, record); counts the evictions."""
+def evict_shard(table, shard, keep: int, score_column: int) -> tf.Operation:
+    """On the shard's ps: removes all but the ``keep`` best-scored ids of ``table`` (row, slots, record); counts
+    the evictions."""
     with on_device(shard.device), tf.name_scope("restrict_" + shard.prefix.replace("/", "_")):
-        ids, meta = shard.meta.export()
-        scores = meta[:, score_column]
-        excess = tf.maximum(tf.size(ids) - keep, 0)
-        _, lowest = tf.math.top_k(-scores, excess, sorted=False)
-        evicted = tf.gather(ids, lowest)
-        rows_before = shard.rows.size()
-        with tf.control_dependencies([rows_before]):
-            removals = [shard.rows.remove(evicted), shard.meta.remove(evicted)]
-            removals += [slot.remove(evicted) for slot in shard.slots.values()]
-        with tf.control_dependencies(removals):
-            return count_stat(shard, STAT_EVICTED, rows_before - shard.rows.size())
+        found = shard_records.entries(shard, shard.meta)
+        mine = tf.equal(found.table_index, shard.group.tables.index(table))
+        # The table's entries by score, best first; the others' entries stay whatever their score.
+        scores = tf.where(mine, found.values[:, score_column], tf.int64.min)
+        order = tf.argsort(scores, direction="DESCENDING", stable=True)
+        rank = tf.scatter_nd(order[:, None], tf.range(tf.size(order)), tf.shape(order))
+        evicted = tf.logical_and(mine, rank >= keep)
+        kept = tf.logical_and(found.table_index < found.num_tables, tf.logical_not(evicted))
+        return eviction.keep_only(shard, found, kept, evicted)

@@ -178,11 +178,10 @@ class Variable:
     def export(self, name=None):
         """(keys, values) of every row of every shard."""
         with tf.name_scope(name or "export"):
-            parts = [shard.rows.export() for shard in self.table.shards]
-            keys = tf.concat([part[0] for part in parts], 0)
+            keys, values = tables.table_ops.export(self.table)
             if self.key_dtype == tf.int32:
                 keys = tf.cast(keys, tf.int32)
-            return keys, tf.concat([part[1] for part in parts], 0)
+            return keys, values
 
     def restrict(self, num_reserved, **kwargs):
         """The op keeping ``num_reserved`` rows (``trigger=``: only when there are more than that); None without

@@ -3,7 +3,7 @@
 Usage: docs/dynamic_embedding.md. Design: docs/design.md, "Dynamic embedding tables".
 """
 
-from ps_toolkit.dynamic_embedding import table_ops
+from ps_toolkit.dynamic_embedding import layout, table_ops
 from ps_toolkit.dynamic_embedding.initial_rows import InitialRows
 from ps_toolkit.dynamic_embedding.keys import KEY_DTYPES, NUM_SAVE_BUCKETS
 from ps_toolkit.dynamic_embedding.lookups import COMBINERS, lookup, lookup_sparse
@@ -38,6 +38,7 @@ __all__ = [
     "clear_graph_collections",
     "get_table",
     "is_table_rows",
+    "layout",
     "lookup",
     "lookup_sparse",
     "require_filled_tables",

@@ -66,7 +66,7 @@ class GroupShardSaveable(_SaveableObject):
     @property
     def specs(self):
         """One keys and one values SaveSpec per table of the group and bucket of the shard."""
-        if self._specs is None:
+        if self._specs is None or len(self._tables) != len(self._shard.group.tables):  # a table joined since
             self._specs = self._build_specs()
         return self._specs
 
@@ -110,11 +110,13 @@ class GroupShardSaveable(_SaveableObject):
         """Replaces the shard's content by the keys and values of its tables' buckets."""
         shard, group = self._shard, self._shard.group
         key_dtype, width = group.key.key_dtype, self._hash_table.width
-        per_table = len(restored_tensors) // (2 * len(self._tables))
+        per_table = 2 * len(keys.buckets_of_shard(shard.index, group.num_shards))
+        # The Saver restores the specs it was built with: the group's first tables (tables only join a group).
+        tables = group.tables[: len(restored_tensors) // per_table]
         with on_device(shard.device):
             ids, values, tags = [], [], []
-            for t, table in enumerate(self._tables):
-                mine = restored_tensors[2 * per_table * t : 2 * per_table * (t + 1)]
+            for t, table in enumerate(tables):
+                mine = restored_tensors[per_table * t : per_table * (t + 1)]
                 table_ids = tf.concat(list(mine[0::2]), 0)
                 ids.append(table_ids)
                 values.append(tf.concat(list(mine[1::2]), 0))
@@ -124,7 +126,7 @@ class GroupShardSaveable(_SaveableObject):
                 tf.shape(values, out_type=tf.int64)[1],
                 tf.constant(width, tf.int64),
                 message=(
-                    f"dynamic table {', '.join(t.name for t in self._tables)} {self._component}: the checkpoint "
+                    f"dynamic table {', '.join(t.name for t in tables)} {self._component}: the checkpoint "
                     f"holds values of another shape than the table's [{width}]"
                 ),
             )
