@@ -20,7 +20,7 @@ from collections.abc import Callable, Sequence
 
 from ps_toolkit.base.errors import EXIT_CONFIG, EXIT_ENVIRONMENT, EXIT_PORT_IN_USE
 from ps_toolkit.cluster.config import CHIEF, PS, WORKER
-from ps_toolkit.launch import verdict
+from ps_toolkit.launch import role_hint, verdict, work_evidence
 from ps_toolkit.launch.attempt_records import LogFolderWarning, Outcome, TaskRecord, open_log
 from ps_toolkit.launch.drills import DrillSchedule
 from ps_toolkit.launch.policy import Policy
@@ -70,10 +70,13 @@ class ClusterSupervisor:
         self._log_dir = log_dir
         self._log_warning = log_warning or LogFolderWarning(log_dir, console.line)
         echo = None if quiet else console.line
+        pattern = work_evidence.compile_pattern(policy.success_pattern)
         for plan in plans:
             path = os.path.join(log_dir, f"{plan.job}-{plan.index}.log")
             log = open_log(path, self._log_warning)
-            output = TaskOutput(plan.name, log, echo, tailed=True, on_log_error=self._log_warning)
+            output = TaskOutput(
+                plan.name, log, echo, tailed=True, on_log_error=self._log_warning, success_pattern=pattern
+            )
             self._tasks[plan.name] = TaskRecord(plan, output, log, path)
         self._space_checked_at = float("-inf")
         self._outcome: Outcome | None = None
@@ -148,8 +151,10 @@ class ClusterSupervisor:
         outputs = {n: t.output for n, t in self._tasks.items() if t.plan.job != PS}
         self._check_log_space(float("inf"))  # now, not at the next second: the run may end first
         lost = self._log_warning.given
+        chief_job = role_hint.task_type(chief.plan.env, chief.plan.job)
+        hint = role_hint.chief_role_hint(chief.plan.argv, os.getcwd(), chief_job)
         ok, message, code = verdict.confirm(
-            self._outcome.message, ends, outputs, chief.plan.name, chief.output.tail, output_lost=lost
+            self._outcome.message, ends, outputs, chief.plan.name, chief.output.tail, output_lost=lost, hint=hint
         )
         self._outcome = Outcome(ok, message, code)
 
