@@ -42,7 +42,15 @@ from ps_toolkit.cluster.preflight import check_host_resolves, check_port_free  #
 from ps_toolkit.cluster.tf_config import read_tf_config  # noqa: E402
 from ps_toolkit.task import startup  # noqa: E402
 from ps_toolkit.task.roles.ps import serve_until_done, signal_done  # noqa: E402
-from ps_toolkit_compat import estimator_inputs, progress_hook, supervision, task_context, tf_internals  # noqa: E402
+from ps_toolkit_compat import (  # noqa: E402
+    estimator_config_errors,
+    estimator_inputs,
+    estimator_work,
+    progress_hook,
+    supervision,
+    task_context,
+    tf_internals,
+)
 from ps_toolkit_compat.evaluator_watch import (  # noqa: E402
     CheckpointWatch,
     EvaluatorClock,
@@ -243,3 +251,5 @@ def install() -> None:
         )
     )
     estimator_inputs.install()
+    estimator_config_errors.install()
+    estimator_work.install()
