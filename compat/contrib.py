@@ -10,7 +10,7 @@ from __future__ import annotations
 import types
 
 from ps_toolkit.placement import ps_strategies
-from ps_toolkit_compat import contrib_layers, contrib_names, mnist_input_data
+from ps_toolkit_compat import contrib_layers, contrib_learn_datasets, contrib_names
 from ps_toolkit_compat.removed import RemovedSymbolError
 
 
@@ -77,12 +77,12 @@ MODULES = {
     "tensorflow.contrib.metrics": metrics,
     "tensorflow.contrib.learn": learn,
     "tensorflow.contrib.learn.datasets": datasets,
-    "tensorflow.contrib.learn.datasets.mnist": mnist_input_data,
+    "tensorflow.contrib.learn.datasets.mnist": contrib_learn_datasets.mnist,
     # The path TF 1.x's own examples imported it by.
     "tensorflow.contrib.learn.python": learn_python,
     "tensorflow.contrib.learn.python.learn": learn_python_learn,
     "tensorflow.contrib.learn.python.learn.estimators": estimators,
     "tensorflow.contrib.learn.python.learn.estimators.model_fn": model_fn,
     "tensorflow.contrib.learn.python.learn.datasets": datasets,
-    "tensorflow.contrib.learn.python.learn.datasets.mnist": mnist_input_data,
+    "tensorflow.contrib.learn.python.learn.datasets.mnist": contrib_learn_datasets.mnist,
 }

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import tensorflow as tf
 
-from ps_toolkit_compat import mnist_input_data, tf_internals
+from ps_toolkit_compat import contrib_learn_datasets, tf_internals
 
 _v1 = tf.compat.v1
 
@@ -107,11 +107,5 @@ FRAMEWORK = {
 }
 
 
-def load_dataset(name, size="small", test_with_fake_data=False):
-    """contrib.learn.datasets.load_dataset: only ``mnist`` (read from ``MNIST-data``, as TF 1.x's default dir)."""
-    if name != "mnist":
-        raise ValueError(f"Name of dataset is not mnist: {name}; the compat layer provides mnist only")
-    return mnist_input_data.read_data_sets("MNIST-data")
-
-
-LEARN_DATASETS = {"mnist": mnist_input_data, "load_dataset": load_dataset}
+# tf.contrib.learn.datasets (compat/contrib_learn_datasets.py).
+LEARN_DATASETS = contrib_learn_datasets.MEMBERS

@@ -42,7 +42,15 @@ from ps_toolkit.cluster.preflight import check_host_resolves, check_port_free  #
 from ps_toolkit.cluster.tf_config import read_tf_config  # noqa: E402
 from ps_toolkit.task import startup  # noqa: E402
 from ps_toolkit.task.roles.ps import serve_until_done, signal_done  # noqa: E402
-from ps_toolkit_compat import estimator_inputs, progress_hook, supervision, task_context, tf_internals  # noqa: E402
+from ps_toolkit_compat import (  # noqa: E402
+    estimator_config_errors,
+    estimator_inputs,
+    estimator_work,
+    progress_hook,
+    supervision,
+    task_context,
+    tf_internals,
+)
 from ps_toolkit_compat.evaluator_watch import (  # noqa: E402
     CheckpointWatch,
     EvaluatorClock,
@@ -127,7 +135,10 @@ class _WatchingEvalListener(tf_internals.continuous_eval_listener_class()):
         if self._watch.training_over():
             log.info("evaluator: the chief finished training and its last checkpoint is evaluated; exiting")
             return False
-        return self._inner.before_eval()
+        proceed = self._inner.before_eval()
+        if proceed and progress_hook.wanted():  # the launcher times evaluations to bound the final one's wait
+            progress_hook.print_marker("evaluation_started")
+        return proceed
 
     def after_eval(self, eval_result):
         if progress_hook.wanted() and isinstance(eval_result.metrics, dict):
@@ -202,6 +213,8 @@ class TrainingExecutor(tf_internals.training_executor_base()):
             signal_done(cluster, self._server.target)
 
     def run_evaluator(self):
+        if progress_hook.wanted():  # the launcher then waits for this evaluator's final evaluation
+            progress_hook.print_marker("evaluator_started")
         model_dir = _model_dir(self.estimator)
         if model_dir is None:
             return super().run_evaluator()
@@ -243,3 +256,5 @@ def install() -> None:
         )
     )
     estimator_inputs.install()
+    estimator_config_errors.install()
+    estimator_work.install()

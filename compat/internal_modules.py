@@ -5,6 +5,8 @@ Registered in ``sys.modules`` by ``legacy_tf.install()`` under their TF 1.x name
 - ``tensorflow.python.data.experimental.ops.threadpool``: ``PrivateThreadPool`` and
   ``override_threadpool(dataset, pool)``, on ``tf.data.Options().threading``'s
   private thread pool (what TF 2 made of it).
+- ``tensorflow.python.distribute.all_reduce``: TF 1.x's all-reduce builders where public ops make
+  them (compat/all_reduce.py), the others refused in one line.
 - ``tensorflow.python.estimator`` and everything below it: the same modules of the tensorflow-estimator
   package, as TF 1.14-2.15 forwarded them (``from tensorflow.python.estimator.model_fn import ModeKeys``).
 """
@@ -19,7 +21,7 @@ import types
 
 import tensorflow as tf
 
-from ps_toolkit_compat import tf_internals
+from ps_toolkit_compat import all_reduce, tf_internals
 
 
 class PrivateThreadPool:
@@ -46,7 +48,7 @@ threadpool = types.ModuleType(tf_internals.TF1_THREADPOOL_MODULE, __doc__.splitl
 threadpool.PrivateThreadPool = PrivateThreadPool
 threadpool.override_threadpool = override_threadpool
 
-MODULES = {threadpool.__name__: threadpool}
+MODULES = {threadpool.__name__: threadpool, all_reduce.MODULE_NAME: all_reduce.module}
 
 
 ESTIMATOR_ALIAS = tf_internals.TF1_ESTIMATOR_ALIAS

@@ -74,6 +74,14 @@ class ProgressHook(_v1.train.SessionRunHook):
         stream.flush()
 
 
+def print_marker(name: str, stream=None) -> None:
+    """Prints ``{name: true, "time": ...}``: an evaluator's ``evaluator_started`` and each
+    ``evaluation_started``, which with the evaluation's record times it (ps_toolkit/launch/wind_down.py)."""
+    stream = stream or sys.stdout
+    stream.write(PROGRESS_PREFIX + json.dumps({name: True, "time": time.time()}) + "\n")
+    stream.flush()
+
+
 def print_evaluation(metrics: dict, stream=None) -> None:
     """Prints an evaluation's metrics as a progress record marked ``"evaluation": true``.
 

@@ -34,6 +34,8 @@ class Case:
     # race_signs ((file of the run folder, regular expression) pairs) must all show.
     race: str = ""
     race_signs: tuple = ()
+    # A run the verdict must fail: (exit status, regular expression the launcher's output must show).
+    fails_with: tuple = ()
 
 
 TWO_WORKERS = ["--num_ps=1", "--num_workers=2"]
@@ -109,6 +111,21 @@ CASES = {
             ("summary.txt", r"FAILED: the run did not end within --timeout_secs"),
         ),
     ),
+    # The same script under the launcher's default chief name: its chief knows only "master", runs no branch
+    # and exits 0 having done nothing; the verdict fails the run and names the role and the flag to try.
+    "census_tensorflowcore_as_chief": Case(
+        "census_tensorflowcore",
+        CENSUS,
+        cluster=ESTIMATOR,
+        data="census",
+        timeout_secs=70,
+        fails_with=(
+            1,
+            r"FAILED: the chief \(chief:0\) finished with status 0, but nothing trained: .*likely cause: the "
+            r"script's code names the chief role 'master' \(trainer/task\.py:\d+\), which this cluster does not "
+            r"use \(its chief's job name is 'chief'\); try --chief_role_name=master",
+        ),
+    ),
     # Its cluster is written into the script: the launcher serves those addresses (in its own network namespace).
     "tmulc18_ssgd": Case(
         "tmulc18_ssgd", ["ssgd.py"], cluster=["--ps_hosts=localhost:2222", f"--worker_hosts={SSGD_WORKERS}"]
@@ -157,6 +174,10 @@ def test_a_public_script_runs_unchanged_to_a_clean_end(name, tmp_path):
     case = CASES[name]
     proc = run_case(case, tmp_path)
     shown = f"exit {proc.returncode}\n--- stdout\n{proc.stdout[-6000:]}\n--- stderr\n{proc.stderr[-3000:]}"
+    if case.fails_with:
+        code, said = case.fails_with
+        assert proc.returncode == code and re.search(said, proc.stdout), shown
+        return
     if proc.returncode != 0 and case.race:
         missing = [sign for sign in case.race_signs if not _shows(tmp_path / "run" / sign[0], sign[1])]
         assert not missing, f"neither a clean end nor the script's race (missing {missing}):\n{shown}"

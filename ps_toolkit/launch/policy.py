@@ -6,6 +6,7 @@ import dataclasses
 
 from ps_toolkit.base import flag_ranges
 from ps_toolkit.base.errors import ConfigError
+from ps_toolkit.launch import work_evidence
 
 SUCCESS_POLICIES = ("chief", "all_workers")
 RESTART_POLICIES = ("never", "on-failure")
@@ -23,6 +24,8 @@ class Policy:
     max_restarts: int = 3  # per task
     kills: tuple = ()  # chaos drills: ((job, index, seconds after launch), ...)
     timeout_secs: float | None = None  # stop everything and fail after this long
+    # A regular expression: a line of any task's output it matches is evidence that the job did its work.
+    success_pattern: str | None = None
     retry_port_conflicts: bool = True  # the launcher sets it: only reserved ports can be redrawn
 
     def __post_init__(self):
@@ -35,5 +38,6 @@ class Policy:
             flag_ranges.check_seconds(name, getattr(self, name), zero_ok=True, none_ok=False)
         flag_ranges.check_int("max_restarts", self.max_restarts, low=0, high=10_000)
         flag_ranges.check_seconds("timeout_secs", self.timeout_secs)
+        work_evidence.compile_pattern(self.success_pattern)
         for job, index, secs in self.kills:
             flag_ranges.check_seconds(f"kill={job}:{index}@", secs, zero_ok=True, none_ok=False)

@@ -20,7 +20,7 @@ from collections.abc import Callable, Sequence
 
 from ps_toolkit.base.errors import EXIT_CONFIG, EXIT_ENVIRONMENT, EXIT_PORT_IN_USE
 from ps_toolkit.cluster.config import CHIEF, PS, WORKER
-from ps_toolkit.launch import verdict
+from ps_toolkit.launch import role_hint, verdict, wind_down, work_evidence
 from ps_toolkit.launch.attempt_records import LogFolderWarning, Outcome, TaskRecord, open_log
 from ps_toolkit.launch.drills import DrillSchedule
 from ps_toolkit.launch.policy import Policy
@@ -70,10 +70,13 @@ class ClusterSupervisor:
         self._log_dir = log_dir
         self._log_warning = log_warning or LogFolderWarning(log_dir, console.line)
         echo = None if quiet else console.line
+        pattern = work_evidence.compile_pattern(policy.success_pattern)
         for plan in plans:
             path = os.path.join(log_dir, f"{plan.job}-{plan.index}.log")
             log = open_log(path, self._log_warning)
-            output = TaskOutput(plan.name, log, echo, tailed=True, on_log_error=self._log_warning)
+            output = TaskOutput(
+                plan.name, log, echo, tailed=True, on_log_error=self._log_warning, success_pattern=pattern
+            )
             self._tasks[plan.name] = TaskRecord(plan, output, log, path)
         self._space_checked_at = float("-inf")
         self._outcome: Outcome | None = None
@@ -85,6 +88,7 @@ class ClusterSupervisor:
         self._last_usage_at = float("-inf")
         self._t0 = time.monotonic()
         self._drills = DrillSchedule((), self._t0)
+        self._stop_notes: list[wind_down.StopNote] = []
 
     # The run.
     def run(self, *, signal_fd: int | None = None) -> Outcome:
@@ -134,12 +138,12 @@ class ClusterSupervisor:
         )
 
     def _wind_down(self) -> None:
-        """After success: the others get a grace period to end on their own, then are stopped."""
-        others = [t for t in self._tasks.values() if t.plan.job != PS]
-        self._watch(lambda: not any(self._alive(t) for t in others), time.monotonic() + self._policy.grace_secs)
-        self._stop([t for t in others if self._alive(t)])
-        servers = [t for t in self._tasks.values() if t.plan.job == PS]
-        self._watch(lambda: not any(self._alive(t) for t in servers), time.monotonic() + self._policy.ps_grace_secs)
+        """After success: the others get their bounds to end on their own, then are stopped, saying why."""
+        policy = self._policy
+        tasks = list(self._tasks.values())
+        self._stop_notes = wind_down.end_after_success(
+            tasks, policy.grace_secs, policy.ps_grace_secs, self._watch, self._stop, self._alive
+        )
 
     def _confirm_success(self) -> None:
         """After the wind-down: a task that failed meanwhile, or a run that trained nothing, is a failure."""
@@ -148,9 +152,13 @@ class ClusterSupervisor:
         outputs = {n: t.output for n, t in self._tasks.items() if t.plan.job != PS}
         self._check_log_space(float("inf"))  # now, not at the next second: the run may end first
         lost = self._log_warning.given
+        chief_job = role_hint.task_type(chief.plan.env, chief.plan.job)
+        hint = role_hint.chief_role_hint(chief.plan.argv, os.getcwd(), chief_job)
         ok, message, code = verdict.confirm(
-            self._outcome.message, ends, outputs, chief.plan.name, chief.output.tail, output_lost=lost
+            self._outcome.message, ends, outputs, chief.plan.name, chief.output.tail, output_lost=lost, hint=hint
         )
+        if ok:
+            message += wind_down.ending_words(list(self._tasks.values()), self._stop_notes)
         self._outcome = Outcome(ok, message, code)
 
     def _chief(self) -> TaskRecord:
@@ -298,12 +306,14 @@ class ClusterSupervisor:
         task.run_secs += time.monotonic() - task.started_at
         task.tail.pump()
 
-    def _stop(self, tasks: list[TaskRecord]) -> None:
+    def _stop(self, tasks: list[TaskRecord], reason: str = "") -> None:
+        """Stops ``tasks``; each log says so, and why: ``reason``, else how the run was decided."""
         if not tasks:
             return
+        why = reason or (self._outcome.message.splitlines()[0] if self._outcome else "the run is ending")
         for task in tasks:
             task.stop_requested = True
-            task.output.note("stopping (SIGTERM, then SIGKILL after the grace period)")
+            task.output.note(f"stopping (SIGTERM, then SIGKILL after the grace period): {why}")
         self._group.stop([t.plan.name for t in tasks], self._policy.stop_grace_secs)
         for task in tasks:
             if self._group.returncode(task.plan.name) is not None:

@@ -21,6 +21,7 @@ from collections.abc import Callable
 from ps_toolkit.base.progress_lines import LOG_ONLY_PREFIX, PROGRESS_PREFIX
 from ps_toolkit.launch import source_files
 from ps_toolkit.launch.tf_messages import CONTINUATIONS, INSTRUCTIONS, KERNEL_DEVICES, PLACEMENT
+from ps_toolkit.launch.work_evidence import WorkSigns
 
 TAIL_LINES = 20
 # The stream name of a log file that a task writes both its stdout and stderr into.
@@ -169,6 +170,7 @@ class TaskOutput:
         *,
         tailed: bool = False,
         on_log_error: Callable[[OSError], None] | None = None,
+        success_pattern: re.Pattern | None = None,
     ):
         self.name = name
         self._log = log_file
@@ -190,6 +192,8 @@ class TaskOutput:
         self.printed_loss: float | None = None
         # The highest global step a line of any kind named (the toolkit's records aside).
         self.logged_global_step: int | None = None
+        # What shows work other than training (an export, a result table, --success_pattern's line).
+        self.work = WorkSigns(success_pattern)
 
     def note(self, text: str) -> None:
         """A line from the launcher itself (start, restart, stop) into the log."""
@@ -225,6 +229,7 @@ class TaskOutput:
         self._scan_step(line)
         shown = self._console.shows(stream, line)
         record = parse_progress(line) if stream != "stderr" else None
+        self.work.scan(line, record)
         if record is not None:
             self.progress.append(record)
             self._scan_evaluation(record)

@@ -1,4 +1,4 @@
-"""A run's verdict: success only when the chief finished with 0, no task failed for good, and training happened.
+"""A run's verdict: success only when the chief finished with 0, no task failed for good, and the job did work.
 
 A chief that exits 0 is not enough: an old script whose chief branch did
 nothing (a role it did not know, a server started and left) returns 0 at once
@@ -10,7 +10,12 @@ Evidence that training happened, from any training task's output
 (``TaskOutput``): the toolkit's result line, a global step above 0 (its
 progress records, or TensorFlow's and the estimator's log lines: "Saving
 checkpoints for N", "loss = ..., step = N"), or a result the script printed
-itself (an accuracy, a loss, its local steps).
+itself (an accuracy, a loss, its local steps). Evidence of work without
+training (``work_evidence``): a restored model exported, evaluated or
+predicted, a throughput line or a ``Step ... loss`` table, a line matching
+``--success_pattern`` (ps_toolkit.launch.work_evidence). A chief that did
+nothing fails, with the likely cause where the script's code shows one
+(ps_toolkit.launch.role_hint).
 """
 
 from __future__ import annotations
@@ -47,6 +52,16 @@ def training_evidence(outputs: Mapping) -> str | None:
     return None
 
 
+def work_evidence(outputs: Mapping) -> str | None:
+    """What shows that the job did its work without training ('restored ... and exported ... (chief:0)'), or None."""
+    for name, output in outputs.items():
+        work = getattr(output, "work", None)
+        said = work.evidence() if work is not None else None
+        if said:
+            return f"{said} ({name})"
+    return None
+
+
 def confirm(
     message: str,
     ends: Sequence[TaskEnd],
@@ -55,26 +70,34 @@ def confirm(
     chief_tail: Sequence[str],
     *,
     output_lost: bool = False,
+    hint: str = "",
 ) -> tuple[bool, str, int]:
     """The final (succeeded, message, exit code) of a run that the chief's status 0 decided as a success.
 
     ``message`` is that success's message; ``ends`` every task's end after the wind-down;
     ``outputs`` the training tasks' TaskOutputs (the evaluator's metrics count too). ``output_lost``:
     the log folder could not hold the tasks' output, so its lack of evidence proves nothing (the
-    message says so instead of failing the run).
+    message says so instead of failing the run). ``hint``: the likely cause of a chief that did nothing
+    (ps_toolkit.launch.role_hint), said when the run fails for it.
     """
     failed = [end for end in ends if end.state == "failed" and end.failure]
     if failed:
         first = failed[0]
         return False, f"{message}, but {first.failure}", first.exit_code or 1
-    if training_evidence(outputs) is None and output_lost:
+    if training_evidence(outputs) is not None:
+        return True, message, 0
+    work = work_evidence(outputs)
+    if work is not None:
+        return True, f"{message} (it trained nothing; its work: {work})", 0
+    if output_lost:
         return True, f"{message} (whether it trained is unknown: its output did not fit in the log folder)", 0
-    if training_evidence(outputs) is None:
-        tail = "\n".join(f"    {line}" for line in chief_tail)
-        return (
-            False,
-            f"{message}, but nothing trained: no task reported a global step above 0, a result line, "
-            f"or an accuracy, loss or step count of its own; last lines of {chief}:\n{tail}",
-            EXIT_NOTHING_TRAINED,
-        )
-    return True, message, 0
+    tail = "\n".join(f"    {line}" for line in chief_tail)
+    cause = f"; {hint}" if hint else ""
+    return (
+        False,
+        f"{message}, but nothing trained: no task reported a global step above 0, a result line, "
+        f"or an accuracy, loss or step count of its own, and none restored a model and exported, evaluated or "
+        f"predicted, printed a throughput line or a Step ... loss table, or matched --success_pattern{cause}; "
+        f"last lines of {chief}:\n{tail}",
+        EXIT_NOTHING_TRAINED,
+    )

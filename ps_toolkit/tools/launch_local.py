@@ -64,6 +64,12 @@ _CHART = flags.DEFINE_boolean(
 _SUCCESS = flags.DEFINE_enum(
     "success_policy", "chief", SUCCESS_POLICIES, "chief: the chief's status 0 ends the run; all_workers."
 )
+_SUCCESS_PATTERN = flags.DEFINE_string(
+    "success_pattern",
+    None,
+    "A regular expression: a task output line it matches shows that the job did its work (for a script whose "
+    "own result lines the verdict does not know; without it a run that trained nothing fails).",
+)
 _GRACE = flags.DEFINE_float("grace_secs", 10.0, "After success, time the other workers get to end by themselves.")
 _PS_GRACE = flags.DEFINE_float("ps_grace_secs", 5.0, "Then the time parameter servers get to end by themselves.")
 _STOP_GRACE = flags.DEFINE_float("stop_grace_secs", 5.0, "Between SIGTERM and SIGKILL when a task is stopped.")
@@ -180,6 +186,7 @@ def options_from_flags(command: list[str]) -> local.LaunchOptions:
             max_restarts=_MAX_RESTARTS.value,
             kills=tuple(parse_kill(text) for text in _KILL.value),
             timeout_secs=_TIMEOUT.value,
+            success_pattern=_SUCCESS_PATTERN.value,
         ),
     )
 

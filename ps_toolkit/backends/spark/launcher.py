@@ -30,7 +30,7 @@ from ps_toolkit.backends.spark.tasks import FAILURE_MARKER, run_barrier_task
 from ps_toolkit.base import paths
 from ps_toolkit.base.errors import ConfigError
 from ps_toolkit.cluster.config import CHIEF, WORKER
-from ps_toolkit.launch import verdict
+from ps_toolkit.launch import verdict, work_evidence
 from ps_toolkit.launch.engine_env import carried_env
 from ps_toolkit.launch.status import Console, SummaryRow, describe_exit, exit_status_cell
 from ps_toolkit.launch.supervisor import LogFolderWarning, Outcome
@@ -201,11 +201,12 @@ def _judge(results: list[tuple], restarts: int, options: LaunchOptions, log_dir:
     """The run's Outcome from every task's (name, address, status, secs, stage, output): the chief's
     status decides, as in the local launcher; the outputs become the tasks' logs."""
     echo = None if options.quiet else console.line
+    pattern = work_evidence.compile_pattern(options.policy.success_pattern)
     outputs, rows, codes = {}, [], {}
     for name, address, code, secs, _stage, output in results:
         path = os.path.join(log_dir, name.replace(":", "-") + ".log")
         with open(path, "ab", buffering=0) as log:
-            task_output = TaskOutput(name, log, echo, on_log_error=log_warning)
+            task_output = TaskOutput(name, log, echo, on_log_error=log_warning, success_pattern=pattern)
             task_output.feed("stdout", output)
             task_output.feed("stdout", b"")
             task_output.close()
