@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import logging
 import os
 import re
 import signal
@@ -103,6 +104,8 @@ def _run_stage(options: LaunchOptions, spark_options: SparkOptions, console: Con
     for key, value in spark_options.conf:
         builder = builder.config(key, value)
     console.line(f"launch_spark: one barrier stage of {len(roles)} tasks on {spark_options.master}")
+    # py4j logs each connection it closes at INFO, after the verdict: the console keeps its warnings only.
+    logging.getLogger("py4j").setLevel(logging.WARNING)
     session = _session(builder, python)
     with_rows = spark_options.input_path is not None
     task = functools.partial(
