@@ -3,6 +3,7 @@ that fit a cluster, the executors' Python, and the one line for executors that c
 
 from __future__ import annotations
 
+import subprocess
 import sys
 from types import SimpleNamespace
 
@@ -104,3 +105,14 @@ def _infos(*hosts):
 def test_a_stage_on_one_host_serves_on_loopback_and_one_over_hosts_on_each_executors_host():
     assert [tasks._task_host(_infos("10.0.0.7", "10.0.0.7"), i) for i in range(2)] == ["127.0.0.1"] * 2
     assert [tasks._task_host(_infos("10.0.0.7", "10.0.0.8"), i) for i in range(2)] == ["10.0.0.7", "10.0.0.8"]
+
+
+def test_ps_launch_ray_with_too_few_ray_num_cpus_is_one_line_before_any_ray_starts(tmp_path):
+    argv = [sys.executable, "-m", "ps_toolkit.tools.launch_ray", f"--log_dir={tmp_path}", "--ray_num_cpus=2"]
+    done = subprocess.run(argv, capture_output=True, text=True, timeout=240)
+    assert done.returncode == 2, (done.stdout, done.stderr)
+    stderr = done.stderr.strip()
+    assert stderr.startswith("launch_ray: --ray_num_cpus=2 cannot hold the job: its 3 tasks ask for 3 CPUs; give "), (
+        stderr
+    )
+    assert "\n" not in stderr and "connecting to" not in done.stdout, (done.stdout, stderr)

@@ -240,13 +240,13 @@ class _RayJob:
         self._holders: list = []
 
     def __enter__(self) -> _RayJob:
+        # A Ray of its own holds the job: its logical CPUs are Ray's bookkeeping, not the machine's cores.
+        own_cpus = None if self.options.address else own_ray_cpus(self._request, self.options.local_num_cpus)
         import ray
 
         where = self.options.address or "a local Ray of its own"
         self._console.line(f"launch_ray: connecting to {where}")
         _check_reachable(self.options.address, self.options.ready_secs)
-        # A Ray of its own holds the job: its logical CPUs are Ray's bookkeeping, not the machine's cores.
-        own_cpus = None if self.options.address else own_ray_cpus(self._request, self.options.local_num_cpus)
         own = {} if own_cpus is None else {"num_cpus": own_cpus, "include_dashboard": False}
         try:
             ray.init(
