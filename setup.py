@@ -28,10 +28,12 @@ setup(
         ]
     },
     install_requires=[
-        # The versions CI tests: ps_toolkit/base/tf_internals.py uses private TensorFlow names, which
-        # tests/test_tf_internals.py checks against these versions only.
-        "tensorflow>=2.21,<2.22",
-        # The maintained legacy Keras: restores tf.compat.v1.layers for old scripts.
+        # The versions CI tests (the full suite on 2.21, the fast tier on 2.22): ps_toolkit/base/tf_internals.py
+        # uses private TensorFlow names, which tests/test_tf_internals.py checks against these versions only.
+        "tensorflow>=2.21,<2.23",
+        # The maintained legacy Keras: restores tf.compat.v1.layers for old scripts. Each tf-keras release pins
+        # its TensorFlow minor (tf-keras 2.21: tensorflow<2.22), so pip installs the pair that match; until a
+        # tf-keras 2.22 is released, TensorFlow 2.22 goes in with --no-deps (README.md, Dependencies).
         "tf-keras",
         # tf.estimator for old scripts (compat/estimator_support.py): its last release, pure Python, no deps.
         "tensorflow-estimator==2.15.0",

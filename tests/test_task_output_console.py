@@ -1,6 +1,6 @@
 """The console shows the toolkit's lines; TensorFlow's start-up and shutdown noise goes to the task logs only."""
 
-from ps_toolkit.launch.task_output import ConsoleFilter, TaskOutput
+from ps_toolkit.launch.task_output import LOG, ConsoleFilter, TaskOutput
 
 # (stream, line, shown on the console), in the order a quick-start worker prints them.
 QUICK_START_LINES = [
@@ -124,3 +124,22 @@ def test_an_evaluators_metrics_are_its_printed_result(tmp_path):
     output.feed("stdout", record)
     output.close()
     assert (output.printed_accuracy, output.printed_loss, output.global_step) == (0.994, 0.02, 60)
+
+
+def test_tensorflow_2_22s_source_location_trace_goes_to_the_log_only():
+    console = ConsoleFilter()
+    trace = [
+        "W0000 00:00:1795414379.780371   11162 rendezvous_cache.cc:93] Local rendezvous recv item cancelled.",
+        "=== Source Location Trace: ===",
+        "./tensorflow/core/common_runtime/eager/rendezvous_cache.h:111",
+        "tensorflow/core/framework/local_rendezvous.cc:412",
+        "",
+    ]
+    assert [line for line in trace if console.shows(LOG, line)] == []
+    assert console.shows(LOG, "worker 0 printed this")  # the task's own next line is shown
+
+
+def test_a_source_path_of_the_tasks_own_is_shown_when_no_hidden_message_precedes_it():
+    console = ConsoleFilter()
+    assert console.shows(LOG, "I1123 06:12:52.011063 139824639929216 run_task.py:62] /job:worker/task:0 started")
+    assert console.shows(LOG, "./src/model.cc:12")

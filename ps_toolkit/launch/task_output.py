@@ -20,7 +20,7 @@ from collections.abc import Callable
 
 from ps_toolkit.base.progress_lines import LOG_ONLY_PREFIX, PROGRESS_PREFIX
 from ps_toolkit.launch import source_files
-from ps_toolkit.launch.tf_messages import CONTINUATIONS, INSTRUCTIONS, KERNEL_DEVICES, PLACEMENT
+from ps_toolkit.launch.tf_messages import CONTINUATIONS, INSTRUCTIONS, KERNEL_DEVICES, PLACEMENT, SOURCE_LOCATION
 from ps_toolkit.launch.work_evidence import WorkSigns
 
 TAIL_LINES = 20
@@ -133,7 +133,7 @@ class ConsoleFilter:
         self._after_instructions[stream] = line.startswith(INSTRUCTIONS)
         if after_instructions or not line or line[:1].isspace() or line.startswith(CONTINUATIONS):
             return True
-        return KERNEL_DEVICES.match(line) is not None
+        return KERNEL_DEVICES.match(line) is not None or SOURCE_LOCATION.match(line) is not None
 
     def end_of_read(self, stream: str) -> None:
         """What ``stream`` said so far has been read: the next plain line starts a message of its own."""

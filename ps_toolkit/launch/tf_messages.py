@@ -29,8 +29,12 @@ CONTINUATIONS = (
     # dynamic table's markers, written to an events file): its reason follows on lines of their own.
     "Type is unsupported, or the types of the items don't match field type in CollectionDef",
     "'_Resource' object has no attribute",
+    # TensorFlow 2.22's trace after some C++ log lines: this header, source paths (SOURCE_LOCATION), a blank line.
+    "=== Source Location Trace: ===",
 )
 # A colocation dump's "op type: the device types with its kernels" line ("VariableV2: CPU GPU ").
 KERNEL_DEVICES = re.compile(r"^[A-Za-z0-9_]+: (?:[A-Z][A-Z0-9_]* )*$")
 # log_device_placement's print (its log line, placer.cc, follows): "mul: (Mul): /job:worker/replica:0/task:0/...".
 PLACEMENT = re.compile(r"^\S+: \([A-Za-z0-9_]+\): /job:\S+$")
+# A line of that trace: a TensorFlow source file and line ("./tensorflow/core/common_runtime/eager/x.h:111").
+SOURCE_LOCATION = re.compile(r"^(?:\./)?(?:[\w.+-]+/)+[\w.+-]+\.(?:h|hh|hpp|c|cc|cpp|inc):\d+$")

@@ -35,7 +35,11 @@ _ADDRESS = flags.DEFINE_string(
 _PS_CPUS = flags.DEFINE_float("ray_ps_cpus", 1.0, "Ray CPUs each ps task asks for.")
 _WORKER_CPUS = flags.DEFINE_float("ray_worker_cpus", 1.0, "Ray CPUs each chief, worker and evaluator asks for.")
 _WORKER_GPUS = flags.DEFINE_float("ray_worker_gpus", 0.0, "Ray GPUs each chief, worker and evaluator asks for.")
-_LOCAL_CPUS = flags.DEFINE_integer("ray_num_cpus", None, "Logical CPUs of the Ray this launch starts (no --address).")
+_LOCAL_CPUS = flags.DEFINE_integer(
+    "ray_num_cpus",
+    None,
+    "Logical CPUs of the Ray this launch starts (no --address); default: what the job asks, at least the cores.",
+)
 _READY = flags.DEFINE_float("ray_ready_secs", 120.0, "How long the tasks' resources and ports may take to be found.")
 _MIN_WORKERS = flags.DEFINE_integer(
     "min_workers", None, "Elastic async workers: the permanent ones (replaces --num_workers); needs --max_workers."

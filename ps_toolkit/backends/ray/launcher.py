@@ -27,6 +27,7 @@ from ps_toolkit.backends import local as launcher
 from ps_toolkit.backends.local import LaunchOptions, RunResult
 from ps_toolkit.backends.ray.elastic import ElasticWorkers, check_bounds
 from ps_toolkit.backends.ray.nodes import PortHolder
+from ps_toolkit.backends.ray.sizing import JobRequest, check_own_gpus, job_request, own_ray_cpus, placement_refusal
 from ps_toolkit.base import paths
 from ps_toolkit.base.errors import ConfigError, RetryableError
 from ps_toolkit.base.progress_lines import CLUSTER_ARGS_ENV
@@ -94,7 +95,9 @@ def launch(options: LaunchOptions, ray_options: RayOptions, console: Console | N
     log_warning = LogFolderWarning(log_dir, console.line)
     try:
         elastic_lines: list[str] = []
-        with _RayJob(ray_options, console) as job:
+        tasks, elastic = _task_slots(options, ray_options)
+        request = job_request([name for name, _ in tasks], len(elastic), ray_options.bundle)
+        with _RayJob(ray_options, console, request) as job:
             outcome = _supervise(options, job, console, log_dir, log_warning, elastic_lines)
         result = launcher.report(outcome, log_dir, console, log_warning, chart=options.chart)
         if elastic_lines:  # the workers' changes and each phase's steps/s go with the table into summary.txt
@@ -105,11 +108,17 @@ def launch(options: LaunchOptions, ray_options: RayOptions, console: Console | N
         paths.release_run_dir(log_dir)
 
 
-def _supervise(options: LaunchOptions, job: _RayJob, console: Console, log_dir: str, log_warning, elastic_lines):
+def _task_slots(options: LaunchOptions, ray_options: RayOptions):
+    """(role, index) of each permanent task, servers first (the order plan_tasks starts them in), and of
+    each elastic worker slot."""
     counts = options.topology.jobs_for_ports(range(1, options.topology.num_tasks + 1))
-    # One bundle per task, servers first (the order plan_tasks starts them in).
     tasks = [(role, index) for role in START_ORDER for index in range(len(counts.get(role, ())))]
-    elastic = _elastic_slots(options, job.options)
+    return tasks, _elastic_slots(options, ray_options)
+
+
+def _supervise(options: LaunchOptions, job: _RayJob, console: Console, log_dir: str, log_warning, elastic_lines):
+    # One bundle per task.
+    tasks, elastic = _task_slots(options, job.options)
     addresses, nodes = job.place([name for name, _ in tasks], floating=len(elastic))
     cluster: dict[str, list[str]] = {}
     for (name, _), address in zip([*tasks, *elastic], addresses, strict=True):
@@ -220,9 +229,10 @@ def _proxied(plan: TaskPlan, job: _RayJob, env_keys: str, *, bundle: int | None,
 class _RayJob:
     """The job's hold on Ray: the connection (or a Ray of its own), the placement group and the port holders."""
 
-    def __init__(self, options: RayOptions, console: Console):
+    def __init__(self, options: RayOptions, console: Console, request: JobRequest):
         self.options = options
         self._console = console
+        self._request = request
         self.namespace = f"ps_toolkit-{uuid.uuid4().hex[:12]}"
         self.group_name = f"{self.namespace}-tasks"
         self.address = ""
@@ -230,12 +240,14 @@ class _RayJob:
         self._holders: list = []
 
     def __enter__(self) -> _RayJob:
+        # A Ray of its own holds the job: its logical CPUs are Ray's bookkeeping, not the machine's cores.
+        own_cpus = None if self.options.address else own_ray_cpus(self._request, self.options.local_num_cpus)
         import ray
 
         where = self.options.address or "a local Ray of its own"
         self._console.line(f"launch_ray: connecting to {where}")
         _check_reachable(self.options.address, self.options.ready_secs)
-        own = {} if self.options.address else {"num_cpus": self.options.local_num_cpus, "include_dashboard": False}
+        own = {} if own_cpus is None else {"num_cpus": own_cpus, "include_dashboard": False}
         try:
             ray.init(
                 address=self.options.address,
@@ -248,6 +260,13 @@ class _RayJob:
             first = next((line for line in str(err).splitlines() if line.strip()), type(err).__name__)
             raise RetryableError(f"cannot start or reach Ray ({where}): {first[:300]}") from None
         self.address = ray.get_runtime_context().gcs_address
+        if own_cpus is not None:
+            self._console.line(f"launch_ray: a Ray of its own with {own_cpus} logical CPUs")
+            try:
+                check_own_gpus(self._request, ray.cluster_resources().get("GPU", 0.0))
+            except ConfigError:
+                ray.shutdown()
+                raise
         return self
 
     def place(self, jobs: list[str], floating: int = 0) -> tuple[list[str], list[str]]:
@@ -260,11 +279,8 @@ class _RayJob:
         bundles = [self.options.bundle(job) for job in jobs]
         self._group = placement_group(bundles, strategy="SPREAD", name=self.group_name)
         if not self._group.wait(timeout_seconds=self.options.ready_secs):
-            raise ConfigError(
-                f"the Ray cluster at {self.address} cannot hold the job: {len(bundles)} bundles {bundles} not "
-                f"placed within {self.options.ready_secs:g}s (free: {ray.available_resources()}); "
-                "ask for less (--ray_ps_cpus, --ray_worker_cpus) or add nodes"
-            )
+            free = ray.available_resources()
+            raise ConfigError(placement_refusal(self.address, self._request, self.options.ready_secs, free))
         holder = ray.remote(PortHolder)
         in_bundle = [PlacementGroupSchedulingStrategy(self._group, index) for index in range(len(bundles))]
         self._holders = [holder.options(num_cpus=0, scheduling_strategy=where).remote() for where in in_bundle]
@@ -274,7 +290,11 @@ class _RayJob:
         self._console.line(f"launch_ray: {len(bundles)} tasks on {len(nodes)} node(s)")
         if floating:
             self._console.line(f"launch_ray: {floating} elastic worker slot(s), ports held, no resources")
-        return [f"{ip}:{port}" for _, ip, port in found], [node for node, _, _ in found]
+        # Tasks that are all on one node reach each other on loopback: their ports are then kept in the
+        # cluster's private network namespace, as launch_local.py's are, without root or a packet filter.
+        one_node = len({node for node, _, _ in found}) == 1
+        hosts = ["127.0.0.1" if one_node else ip for _, ip, _ in found]
+        return [f"{host}:{port}" for host, (_, _, port) in zip(hosts, found, strict=True)], [n for n, _, _ in found]
 
     def __exit__(self, *exc_info) -> None:
         import ray

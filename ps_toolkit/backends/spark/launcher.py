@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import logging
 import os
 import re
 import signal
@@ -26,9 +27,10 @@ import threading
 
 from ps_toolkit.backends import local as launcher
 from ps_toolkit.backends.local import LaunchOptions, RunResult
+from ps_toolkit.backends.spark.executor_python import executor_python, missing_toolkit_line
 from ps_toolkit.backends.spark.tasks import FAILURE_MARKER, run_barrier_task
 from ps_toolkit.base import paths
-from ps_toolkit.base.errors import ConfigError
+from ps_toolkit.base.errors import EXIT_ENVIRONMENT, ConfigError
 from ps_toolkit.cluster.config import CHIEF, WORKER
 from ps_toolkit.launch import verdict, work_evidence
 from ps_toolkit.launch.engine_env import carried_env
@@ -90,10 +92,10 @@ def _run_stage(options: LaunchOptions, spark_options: SparkOptions, console: Con
     counts = options.topology.jobs_for_ports(range(1, options.topology.num_tasks + 1))
     roles = [(job, index) for job in START_ORDER for index in range(len(counts.get(job, ())))]
     retry = options.policy.restart == "on-failure"
+    python = executor_python(spark_options.master, dict(spark_options.conf))
     builder = (
         SparkSession.builder.master(spark_options.master)
         .appName(f"ps_toolkit {os.path.basename(log_dir)}")
-        .config("spark.pyspark.python", sys.executable)
         .config("spark.executor.memory", spark_options.executor_memory)
         .config("spark.ui.enabled", "false")
         # A failed barrier stage is run again this many times in all (the restarts, then the first run).
@@ -102,7 +104,9 @@ def _run_stage(options: LaunchOptions, spark_options: SparkOptions, console: Con
     for key, value in spark_options.conf:
         builder = builder.config(key, value)
     console.line(f"launch_spark: one barrier stage of {len(roles)} tasks on {spark_options.master}")
-    session = builder.getOrCreate()
+    # py4j logs each connection it closes at INFO, after the verdict: the console keeps its warnings only.
+    logging.getLogger("py4j").setLevel(logging.WARNING)
+    session = _session(builder, python)
     with_rows = spark_options.input_path is not None
     task = functools.partial(
         run_barrier_task,
@@ -137,12 +141,29 @@ def _run_stage(options: LaunchOptions, spark_options: SparkOptions, console: Con
         if timer.fired:
             message = f"the run did not end within --timeout_secs={options.policy.timeout_secs:g}; stage cancelled"
             return _without_tasks(Outcome(False, message, 1))
+        missing = missing_toolkit_line(str(err), python)
+        if missing is not None:
+            return _without_tasks(Outcome(False, missing, EXIT_ENVIRONMENT))
         return _without_tasks(Outcome(False, _failure(str(err), spark_options.master), _failed_status(str(err))))
     finally:
         timer.cancel()
         signal.signal(signal.SIGTERM, previous)
         session.stop()
     return _judge(results, restarts, options, log_dir, console, log_warning)
+
+
+def _session(builder, python: str):
+    """The Spark session whose executors run ``python``: PySpark takes its workers' interpreter from
+    PYSPARK_PYTHON when the context starts (spark.pyspark.python is read by spark-submit only)."""
+    before = os.environ.get("PYSPARK_PYTHON")
+    os.environ["PYSPARK_PYTHON"] = python
+    try:
+        return builder.getOrCreate()
+    finally:
+        if before is None:
+            os.environ.pop("PYSPARK_PYTHON", None)
+        else:
+            os.environ["PYSPARK_PYTHON"] = before
 
 
 def _read_input(session, spark_options: SparkOptions):

@@ -3,7 +3,8 @@
 The partition number is the task's role (the driver's ``roles``, servers first).
 The port is reserved on the executor's host with the local launcher's
 reservation and held until the task ends; ``BarrierTaskContext.allGather``
-gives every task every address before any server starts; the task itself is
+gives every task every address before any server starts (loopback ones when the
+stage is on one host); the task itself is
 ``plan_tasks``' plan, the command and TF_CONFIG a local task gets. A task that
 fails with a status a restart may cure raises, which fails the barrier stage:
 Spark then runs the whole stage again (every task on fresh ports) and the chief
@@ -32,6 +33,14 @@ FAILURE_MARKER = "ps_toolkit barrier task failed:"
 _TAIL_LINES = 20
 
 
+def _task_host(infos, index: int) -> str:
+    """The host the task ``index`` serves on: its executor's, or loopback when every task of the stage is on
+    one host. A one-host cluster's ports are then kept in its private network namespace, as launch_local.py's
+    are, without root or a packet filter; only a stage over several hosts needs the port guard."""
+    hosts = [info.address.rsplit(":", 1)[0] for info in infos]
+    return "127.0.0.1" if len(set(hosts)) == 1 else hosts[index]
+
+
 class RetryableTaskExit(RuntimeError):
     """A task ended with a status a restart may cure: raised to fail the stage, so Spark retries it."""
 
@@ -54,7 +63,7 @@ def run_barrier_task(
     context = BarrierTaskContext.get()
     index = context.partitionId()
     job, job_index = roles[index]
-    host = context.getTaskInfos()[index].address.rsplit(":", 1)[0]
+    host = _task_host(context.getTaskInfos(), index)
     folder = tempfile.mkdtemp(prefix="ps_toolkit-partition-") if with_rows else None
     if folder is not None:
         write_partition(_rows, os.path.join(folder, "rows.npz"))
