@@ -16,7 +16,7 @@ import dataclasses
 
 import tensorflow as tf
 
-from ps_toolkit.dynamic_embedding import keys
+from ps_toolkit.dynamic_embedding import initial_rows, keys
 from ps_toolkit.dynamic_embedding.hash_tables import on_device
 from ps_toolkit.dynamic_embedding.layout import STAT_ADMITTED, GroupShard
 from ps_toolkit.dynamic_embedding.lookups import LookupRecord
@@ -118,7 +118,13 @@ def apply_shard(shard: GroupShard, rule: RowRule, update: ShardUpdate, step, con
         found = shard.rows.find(stored)
         existed = tf.logical_not(tf.math.is_nan(found[:, 0]))
         missing = tf.where(tf.logical_not(existed))
-        initial = key.initializer.rows_of_hashes(tf.gather_nd(hashes, missing), key.dim, key.value_dtype)
+        initial = initial_rows.group_rows(
+            [table.initializer for table in group.tables],
+            tf.gather_nd(table_index, missing),
+            tf.gather_nd(hashes, missing),
+            key.dim,
+            key.value_dtype,
+        )
         rows = tf.tensor_scatter_nd_update(found, missing, initial)
         slots = {
             name: tf.where(existed[:, None], slot_tables[name].find(stored), tf.cast(initial_value, key.value_dtype))

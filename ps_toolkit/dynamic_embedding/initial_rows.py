@@ -62,19 +62,46 @@ class InitialRows:
 
     def rows_of_hashes(self, hashes: tf.Tensor, dim: int, dtype: tf.DType) -> tf.Tensor:
         """The initial rows of the ids whose ``keys.hash64`` are ``hashes``: the same as ``rows``."""
-        if self.distribution == "constant":
-            return tf.fill(tf.stack([tf.size(hashes), dim]), tf.constant(self.scale, dtype))
-        first = _uniform01(hashes, dim, self.seed, salt=0)
-        if self.distribution == "uniform":
-            return tf.cast((2.0 * first - 1.0) * self.scale, dtype)
-        second = _uniform01(hashes, dim, self.seed, salt=_SALT_SECOND_DRAW)
-        normal = tf.sqrt(-2.0 * tf.math.log(first)) * tf.cos(2.0 * math.pi * second)
-        return tf.cast(normal * self.scale, dtype)
+        return group_rows([self], tf.zeros_like(hashes, tf.int32), hashes, dim, dtype)
 
 
-def _uniform01(hashes: tf.Tensor, dim: int, seed: int, salt: int) -> tf.Tensor:
-    """float64 values in (0, 1), shape [len(hashes), dim], from the id's hash, the column, the seed and a salt."""
-    per_id = tf.bitwise.bitwise_xor(hashes, tf.constant((seed * 0x2545F4914F6CDD1D + salt) % 2**64, tf.uint64))
+def group_rows(initializers, table_index: tf.Tensor, hashes: tf.Tensor, dim: int, dtype: tf.DType) -> tf.Tensor:
+    """The initial rows of ids of several tables at once, each by its own table's ``InitialRows``.
+
+    Args:
+        initializers: One ``InitialRows`` per table, all of one distribution (seeds and scales may differ).
+        table_index: The index in ``initializers`` of each id's table (int32).
+        hashes: ``keys.hash64`` of each id.
+        dim: The row length.
+        dtype: The rows' float dtype.
+
+    Returns:
+        ``[len(hashes), dim]``: for each id what its table's ``InitialRows.rows`` gives it.
+    """
+    (distribution,) = {initializer.distribution for initializer in initializers}
+    scale = tf.gather(tf.constant([i.scale for i in initializers], tf.float64), table_index)[:, None]
+    if distribution == "constant":
+        return tf.cast(tf.broadcast_to(scale, tf.stack([tf.size(hashes), dim])), dtype)
+    seeds = [i.seed for i in initializers]
+    first = _uniform01(hashes, dim, _salted(seeds, 0, table_index))
+    if distribution == "uniform":
+        return tf.cast((2.0 * first - 1.0) * scale, dtype)
+    second = _uniform01(hashes, dim, _salted(seeds, _SALT_SECOND_DRAW, table_index))
+    normal = tf.sqrt(-2.0 * tf.math.log(first)) * tf.cos(2.0 * math.pi * second)
+    return tf.cast(normal * scale, dtype)
+
+
+def _salted(seeds, salt: int, table_index: tf.Tensor) -> tf.Tensor:
+    """Each id's seed word (uint64): its table's seed mixed with ``salt``."""
+    words = [(seed * 0x2545F4914F6CDD1D + salt) % 2**64 for seed in seeds]
+    return tf.gather(
+        tf.bitcast(tf.constant([w - 2**64 if w >= 2**63 else w for w in words], tf.int64), tf.uint64), table_index
+    )
+
+
+def _uniform01(hashes: tf.Tensor, dim: int, seed_words: tf.Tensor) -> tf.Tensor:
+    """float64 values in (0, 1), shape [len(hashes), dim], from the id's hash, the column and its seed word."""
+    per_id = tf.bitwise.bitwise_xor(hashes, seed_words)
     columns = tf.range(1, dim + 1, dtype=tf.int64)
     column_offsets = tf.bitcast(columns, tf.uint64) * tf.constant(keys.GOLDEN, tf.uint64)
     bits = keys.mix64(per_id[:, None] + column_offsets[None, :])

@@ -24,7 +24,6 @@ import tensorflow as tf
 
 from ps_toolkit.base.errors import ConfigError
 from ps_toolkit.dynamic_embedding.hash_tables import HashTable
-from ps_toolkit.dynamic_embedding.initial_rows import InitialRows
 
 NEVER_SEEN = (0, -1)  # the meta of an id the shard does not know: seen 0 times, last at step -1
 STAT_ADMITTED, STAT_EVICTED = 0, 1
@@ -34,19 +33,19 @@ _GROUPS_BY_GRAPH = weakref.WeakKeyDictionary()
 
 @dataclasses.dataclass(frozen=True)
 class GroupKey:
-    """What tables must share to live in one hash table per ps."""
+    """What tables must share to live in one hash table per ps (each keeps its initial rows' seed and scale)."""
 
     key_dtype: tf.DType
     value_dtype: tf.DType
     dim: int
     devices: tuple
-    initializer: InitialRows
+    distribution: str  # the InitialRows' (each table keeps its own seed and scale)
     admit_after: int
 
     @property
     def name(self) -> str:
         """The group's name on the ps: the same for the same key in every process."""
-        described = f"{self.key_dtype.name}/{self.value_dtype.name}/{self.dim}/{self.initializer}/{self.admit_after}"
+        described = f"{self.key_dtype.name}/{self.value_dtype.name}/{self.dim}/{self.distribution}/{self.admit_after}"
         digest = hashlib.blake2b(described.encode(), digest_size=4).hexdigest()
         return f"dynamic_tables/{self.key_dtype.name}_{self.value_dtype.name}_dim{self.dim}_{digest}"
 

@@ -79,7 +79,7 @@ class DynamicTable:
         self.num_shards = len(self.devices)
         self.tag = keys.table_tag(name)
         self.group = layout.group_of(
-            layout.GroupKey(key_dtype, value_dtype, dim, self.devices, initializer, admit_after)
+            layout.GroupKey(key_dtype, value_dtype, dim, self.devices, initializer.distribution, admit_after)
         )
         self.group.add(self)
 
