@@ -43,6 +43,9 @@ _CTR_GRAPHS = flags.DEFINE_boolean(
     True,
     "With the ctr model: also size and time each system's training graph (26 fields and 200), built alone.",
 )
+_RUN_TIMEOUT = flags.DEFINE_float(
+    "run_timeout_s", Limits.run_timeout_s, "The bound on one run, start-ups included (a 26-table graph builds slowly)."
+)
 _GRAPH_TIMEOUT = flags.DEFINE_float("graph_timeout_s", 900.0, "The bound on one graph build (--ctr_graphs).")
 _TFRA_PYTHON = flags.DEFINE_string(
     "tfra_python",
@@ -66,6 +69,9 @@ def _main(argv):
     for name, flag in (("ctr_vocab", _CTR_VOCAB), ("ctr_dim", _CTR_DIM)):
         if flag.value < 1:
             raise app.UsageError(f"--{name}={flag.value} must be positive")
+    for name, flag in (("run_timeout_s", _RUN_TIMEOUT), ("graph_timeout_s", _GRAPH_TIMEOUT)):
+        if flag.value <= 0:
+            raise app.UsageError(f"--{name}={flag.value} must be positive")
     make = plan.quick if _QUICK.value else plan.full
     models, sizes = tuple(_MODELS.value), (_CTR_VOCAB.value, _CTR_DIM.value)
     configs = [c for c in make(models, _STEPS_SCALE.value, sizes, _CTR_LEVERS.value) if c.system in _SYSTEMS.value]
@@ -81,6 +87,7 @@ def _main(argv):
         repetitions=_REPETITIONS.value,
         budget_s=budget,
         measure_s=_MEASURE_S.value,
+        run_timeout_s=_RUN_TIMEOUT.value,
         count_loopback=network is not None,
         task_logs_dir=_TASK_LOGS.value,
     )

@@ -5,6 +5,8 @@ Fast: plans, argv, records and the report, in this process; one real graph build
 
 import dataclasses
 import json
+import pathlib
+import subprocess
 import sys
 
 import pytest
@@ -165,3 +167,15 @@ def test_a_graph_build_counts_more_ops_for_more_fields(system):
         assert builds[0]["graph_build_s"] > 0
         counts.append(builds[0]["graph_ops"])
     assert 0 < counts[0] < counts[1], counts
+
+
+@pytest.mark.parametrize("flag", ["--run_timeout_s=0", "--graph_timeout_s=-1"])
+def test_a_bound_that_is_not_positive_is_one_line(tmp_path, flag):
+    script = pathlib.Path(__file__).parents[1] / "scripts" / "benchmark.py"
+    done = subprocess.run(
+        [sys.executable, str(script), f"--out={tmp_path}", flag], capture_output=True, text=True, timeout=300
+    )
+    assert done.returncode != 0
+    lines = [line for line in done.stderr.splitlines() if "must be positive" in line]
+    assert len(lines) == 1 and flag.split("=")[0] in lines[0] and "Traceback" not in done.stderr
+    assert not list(tmp_path.iterdir())
