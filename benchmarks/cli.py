@@ -7,6 +7,7 @@ Writes OUT/results.json, OUT/results.md and OUT/results.png (docs/performance.md
 explains the figures). Every process it starts is ended before it returns.
 """
 
+import dataclasses
 import json
 import os
 import platform
@@ -14,7 +15,7 @@ import time
 
 from absl import app, flags, logging
 
-from benchmarks import plan, report, systems
+from benchmarks import graph_size, plan, report, systems, tfra_systems
 from benchmarks.driver import Limits, run_plan
 from ps_toolkit import cli
 
@@ -37,6 +38,21 @@ _CTR_LEVERS = flags.DEFINE_boolean(
     "ctr_levers", False, "Also ps_toolkit on the ctr model with each of its levers changed alone (zipf1.05)."
 )
 _CTR_TF2_UNIFORM = flags.DEFINE_boolean("ctr_tf2_uniform", True, "TF2's strategy on the ctr model's uniform ids too.")
+_CTR_GRAPHS = flags.DEFINE_boolean(
+    "ctr_graphs",
+    True,
+    "With the ctr model: also size and time each system's training graph (26 fields and 200), built alone.",
+)
+_RUN_TIMEOUT = flags.DEFINE_float(
+    "run_timeout_s", Limits.run_timeout_s, "The bound on one run, start-ups included (a 26-table graph builds slowly)."
+)
+_GRAPH_TIMEOUT = flags.DEFINE_float("graph_timeout_s", 900.0, "The bound on one graph build (--ctr_graphs).")
+_TFRA_PYTHON = flags.DEFINE_string(
+    "tfra_python",
+    None,
+    "The python of a virtual environment with TF 2.15.1 and tensorflow-recommenders-addons 0.7.2 (tfra_tf2_15); "
+    "default: the one benchmarks/tfra_env.py makes.",
+)
 _TASK_LOGS = flags.DEFINE_string(
     "task_logs",
     None,
@@ -53,11 +69,17 @@ def _main(argv):
     for name, flag in (("ctr_vocab", _CTR_VOCAB), ("ctr_dim", _CTR_DIM)):
         if flag.value < 1:
             raise app.UsageError(f"--{name}={flag.value} must be positive")
+    for name, flag in (("run_timeout_s", _RUN_TIMEOUT), ("graph_timeout_s", _GRAPH_TIMEOUT)):
+        if flag.value <= 0:
+            raise app.UsageError(f"--{name}={flag.value} must be positive")
     make = plan.quick if _QUICK.value else plan.full
     models, sizes = tuple(_MODELS.value), (_CTR_VOCAB.value, _CTR_DIM.value)
     configs = [c for c in make(models, _STEPS_SCALE.value, sizes, _CTR_LEVERS.value) if c.system in _SYSTEMS.value]
     if not _CTR_TF2_UNIFORM.value:  # the targets at uniform ids are against the raw script only
         configs = [c for c in configs if not (c.ctr and c.system == systems.TF2 and c.ctr.ids == "uniform")]
+    graphs = plan.graph_configs(*sizes) if systems.CTR in models and _CTR_GRAPHS.value else []
+    graphs = [g for g in graphs if g.system in _SYSTEMS.value]
+    configs, graphs, skipped, tfra_python = _with_real_tfra(configs, graphs)
     budget = _BUDGET.value if _BUDGET.value is not None else (480.0 if _QUICK.value else 3 * 3600.0)
     started = time.monotonic()
     network = _private_network()
@@ -65,10 +87,13 @@ def _main(argv):
         repetitions=_REPETITIONS.value,
         budget_s=budget,
         measure_s=_MEASURE_S.value,
+        run_timeout_s=_RUN_TIMEOUT.value,
         count_loopback=network is not None,
         task_logs_dir=_TASK_LOGS.value,
     )
     records = run_plan(configs, limits)
+    graph_records = [graph_size.measure(g, _REPETITIONS.value, _GRAPH_TIMEOUT.value, tfra_python) for g in graphs]
+    records = graph_size.with_graph_figures(records, graph_records)
     from benchmarks import main_job
     from benchmarks.balance import balance_table
 
@@ -76,6 +101,7 @@ def _main(argv):
 
     meta = {
         "quick": _QUICK.value,
+        "skipped": skipped,
         "network": network or "the host's (no private namespace: bytes per step not measured)",
         "machine": f"{platform.machine()}, {os.cpu_count()} cores, load average {os.getloadavg()[0]:.1f} at the end",
         "seconds": round(time.monotonic() - started, 1),
@@ -87,6 +113,21 @@ def _main(argv):
     print(report.markdown_table(records, meta["main_job"]))
     print(json.dumps({"written": paths, "seconds": meta["seconds"]}))
     logging.info("benchmark done in %.0f s", meta["seconds"])
+
+
+def _with_real_tfra(configs: list, graphs: list) -> tuple[list, list, list, str | None]:
+    """(configs, graphs, skip lines, real TFRA's python): tfra_tf2_15's runs told that python, or left out
+    with one line where its environment cannot be made."""
+    if not any(c.system == systems.TFRA_TF2_15 for c in (*configs, *graphs)):
+        return configs, graphs, [], None
+    python, reason = tfra_systems.real_tfra_python(_TFRA_PYTHON.value)
+    if python is None:
+        line = f"{systems.TFRA_TF2_15} skipped: {reason}"
+        logging.warning(line)
+        keep = lambda items: [c for c in items if c.system != systems.TFRA_TF2_15]  # noqa: E731
+        return keep(configs), keep(graphs), [line], None
+    configs = [dataclasses.replace(c, python=python) if c.system == systems.TFRA_TF2_15 else c for c in configs]
+    return configs, graphs, [], python
 
 
 def _private_network() -> str | None:

@@ -52,6 +52,7 @@ class Task:
     # (task name, marker event): start only once that task printed that marker.
     start_after: tuple | None = None
     fork: bool = False  # forked from the run's fork server instead of exec'd
+    executable: str | None = None  # the python that runs ``argv``; None: this one
 
 
 @dataclasses.dataclass
@@ -159,7 +160,7 @@ class _Run:
         else:
             log = open(os.path.join(self.keep_logs_in, f"{task.name}.log"), "w+")  # noqa: SIM115 - closed in end()
         self._logs[task.name] = log
-        argv, env = [sys.executable, *task.argv], {**self.env, **task.env}
+        argv, env = [task.executable or sys.executable, *task.argv], {**self.env, **task.env}
         options = {"env": env, "stdout": subprocess.PIPE, "stderr": log, "cwd": CHECKOUT}
         proc = None
         if task.fork and self.server is not None:

@@ -30,17 +30,22 @@ def shape_of(params) -> CtrShape:
     return CtrShape(vocab=int(params.get("vocab", CtrShape.vocab)), dim=int(params.get("dim", CtrShape.dim)))
 
 
-def field_offsets(vocab: int) -> np.ndarray:
+def field_offsets(vocab: int, fields: int = FIELDS) -> np.ndarray:
     """Where each field's ids start in a table the fields share."""
-    return np.arange(FIELDS, dtype=np.int64) * vocab
+    return np.arange(fields, dtype=np.int64) * vocab
+
+
+def fields_of(ids) -> int:
+    """How many fields a batch of ids [batch, fields] has (FIELDS, or another count for a graph-size model)."""
+    return int(ids.shape[1]) if ids.shape.rank == 2 and ids.shape[1] is not None else FIELDS
 
 
 def logits_of(rows, dense, layer):
-    """The arithmetic every system shares: rows [batch, FIELDS, dim] and dense [batch, 13] through the MLP.
+    """The arithmetic every system shares: rows [batch, fields, dim] and dense [batch, 13] through the MLP.
 
     ``layer(inputs, units, name)`` is a fully connected layer (ReLU applied here).
     """
-    net = tf.concat([tf.reshape(rows, [-1, FIELDS * rows.shape[-1]]), dense], axis=1)
+    net = tf.concat([tf.reshape(rows, [-1, rows.shape[1] * rows.shape[-1]]), dense], axis=1)
     for i, units in enumerate(HIDDEN_UNITS):
         net = tf.nn.relu(layer(net, units, f"hidden{i}"))
     return tf.squeeze(layer(net, 1, "logit"), axis=1)
@@ -68,17 +73,17 @@ def eval_input_fn(params):
 
 
 def dynamic_rows(ids, params):
-    """The rows [batch, FIELDS, dim] from ps_toolkit.dynamic_embedding tables (sharded over every ps,
+    """The rows [batch, fields, dim] from ps_toolkit.dynamic_embedding tables (sharded over every ps,
     rows made when an id is first trained, trained by the toolkit's --optimizer)."""
-    shape = shape_of(params)
+    shape, fields = shape_of(params), fields_of(ids)
     if params.get("tables", "per_field") == "shared":
         initial = de.InitialRows("normal", scale=INIT_STDDEV, seed=0)
         table = de.get_table("embeddings", dim=shape.dim, initializer=initial)
-        return de.lookup(table, ids + field_offsets(shape.vocab))
+        return de.lookup(table, ids + field_offsets(shape.vocab, fields))
     # A seed per field: the same id in two fields gets two initial rows, as with the fixed tables.
     tables = [
         de.get_table(f"embeddings_{f}", dim=shape.dim, initializer=de.InitialRows("normal", scale=INIT_STDDEV, seed=f))
-        for f in range(FIELDS)
+        for f in range(fields)
     ]
     return tf.stack(
         [de.lookup(table, field) for table, field in zip(tables, tf.unstack(ids, axis=1), strict=True)], axis=1
@@ -90,19 +95,20 @@ def model_fn(features, labels, mode, params):
     initializer = tf.compat.v1.truncated_normal_initializer(stddev=INIT_STDDEV)
     partitioner = tf.compat.v1.fixed_size_partitioner(int(params.get("num_shards", 2)))
     ids = features["ids"]
+    fields = fields_of(ids)
     if params.get("dynamic"):
         rows = dynamic_rows(ids, params)
     elif params.get("tables", "per_field") == "shared":
         table = tf.compat.v1.get_variable(
-            "embeddings", [FIELDS * shape.vocab, shape.dim], initializer=initializer, partitioner=partitioner
+            "embeddings", [fields * shape.vocab, shape.dim], initializer=initializer, partitioner=partitioner
         )
-        (rows,) = ps_toolkit.embedding_lookups([table], [ids + field_offsets(shape.vocab)])
+        (rows,) = ps_toolkit.embedding_lookups([table], [ids + field_offsets(shape.vocab, fields)])
     else:
         tables = [
             tf.compat.v1.get_variable(
                 f"embeddings_{f}", [shape.vocab, shape.dim], initializer=initializer, partitioner=partitioner
             )
-            for f in range(FIELDS)
+            for f in range(fields)
         ]
         rows = tf.stack(ps_toolkit.embedding_lookups(tables, tf.unstack(ids, axis=1)), axis=1)
 

@@ -125,6 +125,7 @@ def ctr_record(config: systems.Config, summary: dict, failures: list) -> dict:
         "model": config.model,
         "ids": variant.ids,
         "tables": variant.tables,
+        "fields": ctr_bytes.FIELDS,
         "mode": config.mode,
         "num_ps": config.num_ps,
         "num_workers": config.num_workers,

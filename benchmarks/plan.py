@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from benchmarks.ctr_bytes import FIELDS
+from benchmarks.graph_size import MANY_FIELDS, MANY_FIELDS_VOCAB, GraphConfig
 from benchmarks.systems import (
     ASYNC,
     CTR,
@@ -16,6 +18,7 @@ from benchmarks.systems import (
     Config,
     CtrVariant,
 )
+from benchmarks.tfra_systems import TFRA_SYSTEMS
 
 MODEL_NAMES = ("softmax", "mlp", "wide", "embedding", CTR)
 # Global steps per run: a few seconds of training each on a 2-core machine.
@@ -45,21 +48,23 @@ def ctr_configs(
     steps_scale: float = 1.0, vocab: int = CTR_VOCAB, dim: int = CTR_DIM, full: bool = False, levers: bool = False
 ) -> list:
     """The ctr model at 2 ps + 2 workers, async: every system and id law with a table per field, and
-    ps_toolkit_dynamic with one shared table; with ``full``, every system and law with a shared table too;
+    ps_toolkit_dynamic with one shared table too; with ``full``, every system and law with a shared table too;
     with ``levers``, ps_toolkit with each of ``CTR_LEVERS`` at zipf1.05."""
     steps = _steps(CTR, steps_scale)
 
     def of(system):
-        fraction = {TF2: CTR_TF2_STEPS_FRACTION, TOOLKIT_DYNAMIC: CTR_DYNAMIC_STEPS_FRACTION}.get(system, 1.0)
+        dynamic = (TOOLKIT_DYNAMIC, *TFRA_SYSTEMS)
+        fraction = CTR_DYNAMIC_STEPS_FRACTION if system in dynamic else 1.0
+        fraction = CTR_TF2_STEPS_FRACTION if system == TF2 else fraction
         return max(20, int(steps * fraction))
 
+    # ps_toolkit_dynamic as users write it (a table per field, as TFRA's demos and every CTR model do),
+    # beside the fixed tables per field and beside today's one table the fields share (ids offset by field).
     configs = [
         Config(s, CTR, ASYNC, *EMBEDDING_TOPOLOGY, of(s), ctr=CtrVariant(law, "per_field", vocab, dim))
         for law in CTR_LAWS
-        for s in (TOOLKIT, RAW, TF2)
+        for s in (TOOLKIT, TOOLKIT_DYNAMIC, RAW, TF2, *TFRA_SYSTEMS)
     ]
-    # Dynamic tables as one table the fields share (ids offset by field): 26 dynamic tables make a
-    # graph of many thousand ops per lookup and backward pass, minutes to build here.
     configs += [
         Config(
             TOOLKIT_DYNAMIC,
@@ -79,6 +84,16 @@ def ctr_configs(
     if levers:
         variant = CtrVariant("zipf1.05", "per_field", vocab, dim)
         configs += [Config(TOOLKIT, CTR, ASYNC, *EMBEDDING_TOPOLOGY, steps, lever, ctr=variant) for lever in CTR_LEVERS]
+    return configs
+
+
+def graph_configs(vocab: int = CTR_VOCAB, dim: int = CTR_DIM) -> list[GraphConfig]:
+    """The ctr model's training graphs, sized and timed: every system that builds a TF1 graph with a table
+    per field (26 fields, and 200 small ones), and ps_toolkit_dynamic's one shared table."""
+    systems_with_graphs = (TOOLKIT, TOOLKIT_DYNAMIC, RAW, *TFRA_SYSTEMS)
+    configs = [GraphConfig(s, FIELDS, "per_field", vocab, dim) for s in systems_with_graphs]
+    configs.append(GraphConfig(TOOLKIT_DYNAMIC, FIELDS, "shared", vocab, dim))
+    configs += [GraphConfig(s, MANY_FIELDS, "per_field", MANY_FIELDS_VOCAB, dim) for s in systems_with_graphs]
     return configs
 
 

@@ -6,8 +6,22 @@ import json
 import os
 
 from benchmarks.main_job import main_job_line
-from benchmarks.systems import RAW, SINGLE, SYSTEMS, TF2, TOOLKIT, TOOLKIT_NEAR
+from benchmarks.systems import (
+    RAW,
+    SINGLE,
+    SYSTEMS,
+    TF2,
+    TFRA_TF2_15,
+    TOOLKIT,
+    TOOLKIT_DYNAMIC,
+    TOOLKIT_NEAR,
+    TOOLKIT_TFRA,
+)
 from ps_toolkit.launch import charts
+
+# What each system's ctr figures are set against (the issue's targets): the dynamic tables against the
+# fixed tables per field, the TFRA script on ps_toolkit against the same script on real TFRA.
+CTR_REFERENCES = {TOOLKIT_DYNAMIC: (TOOLKIT, "per_field"), TOOLKIT_TFRA: (TFRA_TF2_15, None)}
 
 RECORD_KEYS = (
     "system",
@@ -63,7 +77,8 @@ def markdown_table(records: list[dict], main_job: dict | None = None) -> str:
 
     ``main_job``: benchmarks.main_job.measure's figures, one line after the tables.
     """
-    ctr = [r for r in records if r["model"] == "ctr"]
+    graphs = [r for r in records if r.get("measure") == "graph"]
+    ctr = [r for r in records if r["model"] == "ctr" and r.get("measure") != "graph"]
     records = [r for r in records if r["model"] != "ctr"]
     systems = [s for s in SYSTEMS if s != SINGLE and any(r["system"] == s for r in records)]
     header = ["model", "mode", "ps+w", *systems, "toolkit/raw", "toolkit/tf2", "toolkit/single"]
@@ -87,6 +102,8 @@ def markdown_table(records: list[dict], main_job: dict | None = None) -> str:
         lines += ["", main_job_line(main_job)]
     if ctr:
         lines += ["", ctr_table(ctr)]
+    if graphs:
+        lines += ["", graph_table(graphs)]
     return "\n".join(lines) + "\n"
 
 
@@ -94,12 +111,12 @@ def ctr_table(records: list[dict]) -> str:
     """The ctr model: per id law, table layout and lever, each system's figures and ps_toolkit's ratios."""
     header = ["ids", "tables", "system", "lever", "steps/s (min-max)", "CPU ms/example", "bytes/step (x needed)"]
     header += ["AUC (after steps)", "last step to all exited, s", "toolkit/raw steps/s", "toolkit/raw CPU"]
-    header += ["toolkit/tf2 steps/s"]
+    header += ["toolkit/tf2 steps/s", "against: steps/s, CPU"]
     lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
 
-    def peer(r, system):
+    def peer(r, system, tables=None):
         for other in records:
-            same = (other["ids"], other["tables"]) == (r["ids"], r["tables"])
+            same = (other["ids"], other["tables"]) == (r["ids"], tables or r["tables"])
             if other["system"] == system and same and not other["variant"]:
                 return other
         return None
@@ -114,6 +131,37 @@ def ctr_table(records: list[dict]) -> str:
         raw, tf2 = peer(r, RAW), peer(r, TF2)
         mine = r["system"] == TOOLKIT
         cells += [_ratio(r, raw) if mine else "-", _cpu_ratio(r, raw) if mine else "-", _ratio(r, tf2) if mine else "-"]
+        reference = CTR_REFERENCES.get(r["system"])
+        against = peer(r, *reference) if reference else None
+        cells.append(f"{against['system']} {_ratio(r, against)}, {_cpu_ratio(r, against)}" if against else "-")
+        lines.append("| " + " | ".join(str(c) for c in cells) + " |")
+    return "\n".join(lines)
+
+
+def graph_table(records: list[dict]) -> str:
+    """The ctr model's training graphs: ops and build seconds per system, tables and fields, against the
+    fixed tables' (ps_toolkit) at the same field count."""
+    header = ["fields", "tables", "system", "graph ops", "build s (min-max)", "ops / fixed", "build / fixed"]
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+
+    def fixed(r):
+        for other in records:
+            if other["system"] == TOOLKIT and other["fields"] == r["fields"] and other["tables"] == "per_field":
+                return other
+        return None
+
+    def over(r, key):
+        base = fixed(r)
+        if r[key] is None or base is None or not base[key]:
+            return "-"
+        return f"{r[key] / base[key]:.2f}x"
+
+    for r in sorted(records, key=lambda r: (r["fields"], r["tables"], SYSTEMS.index(r["system"]))):
+        built = "-" if r["graph_build_s"] is None else f"{r['graph_build_s']:g}"
+        if r["graph_build_s"] is not None:
+            built += f" ({r['graph_build_s_min']:g}-{r['graph_build_s_max']:g})"
+        ops = "-" if r["graph_ops"] is None else f"{r['graph_ops']:,}"
+        cells = [r["fields"], r["tables"], r["system"], ops, built, over(r, "graph_ops"), over(r, "graph_build_s")]
         lines.append("| " + " | ".join(str(c) for c in cells) + " |")
     return "\n".join(lines)
 

@@ -7,12 +7,14 @@ import json
 
 from benchmarks.cluster_run import Task
 from benchmarks.synthetic import EMBEDDING, MODELS
+from benchmarks.tfra_systems import TFRA_SYSTEMS, TFRA_TF2_15, TOOLKIT_TFRA
 
 TOOLKIT, TOOLKIT_1STEP, TOOLKIT_NEAR = "ps_toolkit", "ps_toolkit_1step", "ps_toolkit_near"
 RAW, TF2, SINGLE = "raw_tf1", "tf2_pss", "single_process"
 # ps_toolkit with the ctr model's tables as ps_toolkit.dynamic_embedding tables (ctr only).
 TOOLKIT_DYNAMIC = "ps_toolkit_dynamic"
-SYSTEMS = (TOOLKIT, TOOLKIT_NEAR, TOOLKIT_1STEP, RAW, TF2, SINGLE, TOOLKIT_DYNAMIC)
+# One TFRA-API script of the ctr model, on real TFRA (TF 2.15.1) and on ps_toolkit's compat layer (ctr only).
+SYSTEMS = (TOOLKIT, TOOLKIT_NEAR, TOOLKIT_1STEP, RAW, TF2, SINGLE, TOOLKIT_DYNAMIC, TOOLKIT_TFRA, TFRA_TF2_15)
 # The systems run as modules of this package: python -m benchmarks.<system>.
 PACKAGE = "benchmarks"
 ASYNC, SYNC = "async", "sync"
@@ -68,6 +70,7 @@ class Config:
     train_steps: int
     extra_flags: tuple = ()  # a lever under test, e.g. ("--steps_per_run=50",); later flags win
     ctr: CtrVariant | None = None  # the ctr model's variant (model "ctr" only)
+    python: str | None = None  # the interpreter of real TFRA's environment (tfra_tf2_15 only)
 
     @property
     def num_ports(self) -> int:
@@ -84,7 +87,7 @@ def run_options(config: Config, measure_s: float) -> dict:
     natural end worth waiting for: it is timed for ``measure_s`` once every
     worker is past warm-up, then stopped.
     """
-    if config.system == RAW:
+    if config.system in (RAW, *TFRA_SYSTEMS):
         options = {"end_after_warm": (config.num_workers, measure_s), "exit_grace_s": 0.0}
         if config.model == CTR:
             # Its chief prints its AUC once past the steps the others train: wait for it.
@@ -99,6 +102,10 @@ def tasks(config: Config, ports: list[int], checkpoint_dir: str, data_dir: str) 
     ``data_dir`` holds the synthetic data as IDX files (benchmarks.synthetic.write_idx_dir):
     ps_toolkit reads it through its public --data_dir; the other systems make the same arrays in memory.
     """
+    if config.system in TFRA_SYSTEMS:
+        from benchmarks import tfra_systems
+
+        return tfra_systems.tasks(config, ports, checkpoint_dir, config.python)
     common = [f"--model={config.model}", f"--train_steps={config.train_steps}"]
     if config.system == SINGLE:
         return [Task("single", ["-m", PACKAGE + ".single_process", *common])]

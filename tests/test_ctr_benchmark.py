@@ -104,13 +104,22 @@ def test_bfloat16_on_the_wire_is_close_to_float32():
         np.testing.assert_allclose(g, w, rtol=1e-2, atol=1e-2)
 
 
+PER_FIELD_SYSTEMS = (systems.TOOLKIT, systems.TOOLKIT_DYNAMIC, systems.RAW, systems.TF2)
+PER_FIELD_SYSTEMS += (systems.TOOLKIT_TFRA, systems.TFRA_TF2_15)
+
+
 def test_quick_plan_has_every_system_and_id_law_for_ctr():
     configs = [c for c in plan.quick(("ctr",)) if c.model == "ctr"]
     pairs = {(c.system, c.ctr.ids) for c in configs if c.ctr.tables == "per_field"}
-    assert pairs == {(s, law) for s in (systems.TOOLKIT, systems.RAW, systems.TF2) for law in ctr_data.ID_LAWS}
+    assert pairs == {(s, law) for s in PER_FIELD_SYSTEMS for law in ctr_data.ID_LAWS}
     assert {c.ctr.tables for c in configs} == {"per_field", "shared"}
+    # The dynamic tables a table per field, as users write them, and one table the fields share.
     dynamic = [c for c in configs if c.system == systems.TOOLKIT_DYNAMIC]
-    assert {(c.ctr.ids, c.ctr.tables) for c in dynamic} == {(law, "shared") for law in ctr_data.ID_LAWS}
+    tables = ("per_field", "shared")
+    assert sorted((c.ctr.ids, c.ctr.tables) for c in dynamic) == sorted(
+        (law, t) for law in ctr_data.ID_LAWS for t in tables
+    )
+    assert all(c.ctr.vocab == 1_000_000 for c in configs)
     assert all((c.num_ps, c.num_workers, c.mode) == (2, 2, systems.ASYNC) for c in configs)
 
 
