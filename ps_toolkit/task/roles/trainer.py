@@ -20,7 +20,7 @@ from ps_toolkit.base import session_close
 from ps_toolkit.base.errors import ConfigError
 from ps_toolkit.cluster.config import ClusterConfig
 from ps_toolkit.network import step_guard
-from ps_toolkit.task import checkpoints
+from ps_toolkit.task import checkpoints, table_checkpoints
 from ps_toolkit.task.sessions import FastWorkerSessionCreator, LiveStateChiefSessionCreator
 from ps_toolkit.task.watchdog import ProgressWatchdog
 from ps_toolkit.training import multi_step, replica_graph
@@ -162,7 +162,10 @@ def train(
         graph = replica_graph.build(cluster, config, definition)
         if cluster.is_chief and config.checkpoint_dir:  # a checkpoint of another model: exit 2 now, said in one line
             checkpoints.check_model_matches_checkpoint(
-                config.checkpoint_dir, tf.compat.v1.global_variables(), dynamic_embedding.tables_of_graph()
+                config.checkpoint_dir,
+                tf.compat.v1.global_variables(),
+                dynamic_embedding.tables_of_graph(),
+                table_checkpoints.table_specs(),
             )
         if callable(target):
             target = target()
