@@ -17,7 +17,7 @@ import weakref
 import tensorflow as tf
 
 from ps_toolkit import dynamic_embedding as tables
-from ps_toolkit_compat.tfra import errors, initializers, refused, restrict
+from ps_toolkit_compat.tfra import arguments, errors, initializers, refused, restrict
 from ps_toolkit_compat.tfra.refused import NotServedUseError
 
 # graph -> {name: Variable}. Not a graph collection: an exported MetaGraph would list the names as
@@ -117,7 +117,7 @@ class Variable:
         _check_creator(kv_creator)
         self.dim, self.name, self.trainable = dim, name, trainable
         self.partition_fn, self.shared_name = partitioner, shared_name or f"shared_name.{name}"
-        self.checkpoint, self.init_size, self.bp_v2 = checkpoint, int(init_size), bp_v2
+        self.checkpoint, self.init_size, self.bp_v2 = checkpoint, arguments.checked_init_size(init_size, name), bp_v2
         self.short_file_name = short_file_name
         self.kv_creator = kv_creator or CuckooHashTableCreator()
         self.initializer = initializer

@@ -43,11 +43,24 @@ def describe(error: BaseException) -> str | None:
         return f"{_ERRNOS[error.errno]}{path}: {error.strerror}"
     message = getattr(error, "message", None)
     if isinstance(message, str) and type(error).__module__.startswith("tensorflow"):
-        first = message.strip().splitlines()[0] if message.strip() else ""
         for text, meaning in _MESSAGES.items():
             if text in message:
-                return f"{meaning}: {first[:300]}"
+                return f"{meaning}: {_line_naming(message, text)[:300]}"
     return None
+
+
+def _line_naming(message: str, text: str) -> str:
+    """The line of ``message`` that holds ``text`` (the OS error), after its first line where that says more.
+
+    TensorFlow's graph errors start with "Graph execution error:" and give the
+    failing op's status (the file and the OS error) lines later.
+    """
+    lines = [line.strip() for line in message.splitlines() if line.strip()]
+    cause = next((line for line in lines if text in line), "")
+    first = lines[0] if lines else ""
+    if cause == first or first.endswith(":"):  # "Graph execution error:" says nothing of its own
+        return cause
+    return f"{first.rstrip('.')}: {cause}"
 
 
 @contextlib.contextmanager

@@ -24,6 +24,7 @@ from ps_toolkit import dynamic_embedding
 from ps_toolkit.base import paths, tf_internals
 from ps_toolkit.base.errors import ConfigError
 from ps_toolkit.cluster.config import PS, ClusterConfig
+from ps_toolkit.task import table_checkpoints
 
 log = logging.getLogger(__name__)
 _STEP = re.compile(r"-(\d+)$")
@@ -124,20 +125,34 @@ def prepare_checkpoint_dir(checkpoint_dir: str) -> str | None:
     return prefix
 
 
-def check_model_matches_checkpoint(checkpoint_dir: str, variables, tables=()) -> int | None:
+def check_model_matches_checkpoint(checkpoint_dir: str, variables, tables=(), table_tensors=None) -> int | None:
     """Refuses a checkpoint the model cannot restore; says which step a run resumes from.
 
     ``variables`` are the graph's saveable variables (``tf.compat.v1.global_variables()``),
-    ``tables`` its dynamic tables (their rows' dim is checked, whatever the number of shards).
+    ``tables`` its dynamic tables (their rows' dim is checked, whatever the number of shards),
+    ``table_tensors`` the tables' checkpoint tensors (``table_checkpoints.table_specs()``).
     The newest checkpoint in ``checkpoint_dir`` must hold exactly the model's
     variables with the model's shapes: otherwise ConfigError names the first
     difference (in name order) and the folder, before any session is created.
+    A checkpoint whose table tensors are damaged (a bucket missing, values
+    shorter than keys, another dtype) is passed over like an unreadable one:
+    one warning, and the run resumes from the newest whole checkpoint (the
+    state file repaired); ConfigError when none is whole.
     With a matching checkpoint, logs ``resuming from global step N in DIR`` and
     returns N; with none, returns None.
     """
     prefix = tf.train.latest_checkpoint(checkpoint_dir) if os.path.isdir(checkpoint_dir) else None
     if prefix is None:
         return None
+    _refuse_another_model(checkpoint_dir, prefix, variables, tables)
+    prefix = _newest_with_whole_tables(checkpoint_dir, prefix, table_tensors or {})
+    step = _global_step(tf.compat.v1.train.NewCheckpointReader(prefix), prefix)
+    log.info("resuming from global step %s in %s", step, checkpoint_dir)
+    return step
+
+
+def _refuse_another_model(checkpoint_dir: str, prefix: str, variables, tables) -> None:
+    """ConfigError naming the first difference between checkpoint ``prefix``'s variables and tables and the model's."""
     reader = tf.compat.v1.train.NewCheckpointReader(prefix)
     # Keys starting with "_" are TensorFlow's bookkeeping (the object graph), not variables.
     saved = {name: list(shape) for name, shape in reader.get_variable_to_shape_map().items() if name[:1] != "_"}
@@ -152,14 +167,46 @@ def check_model_matches_checkpoint(checkpoint_dir: str, variables, tables=()) ->
         elif saved[name] != expected[name]:
             differences.append(f"variable {name} is {saved[name]} in the checkpoint, {expected[name]} in the model")
     if differences:
-        more = f" (and {len(differences) - 1} more differences)" if len(differences) > 1 else ""
         raise ConfigError(
             f"checkpoint dir {checkpoint_dir} holds a checkpoint of another model ({os.path.basename(prefix)}): "
-            f"{differences[0]}{more}; give another --checkpoint_dir, or move its files away to start from step 0"
+            f"{_first_of(differences, 'differences')}; give another --checkpoint_dir, or move its files away "
+            "to start from step 0"
         )
-    step = _global_step(reader, prefix)
-    log.info("resuming from global step %s in %s", step, checkpoint_dir)
-    return step
+
+
+def _newest_with_whole_tables(checkpoint_dir: str, prefix: str, table_tensors: dict) -> str:
+    """``prefix``, or the newest older readable checkpoint whose table tensors restore (with a warning)."""
+    faults = table_checkpoints.table_faults(prefix, table_tensors)
+    if not faults:
+        return prefix
+    problems = [f"{os.path.basename(prefix)}: {_first_of(faults, 'faults')}"]
+    newest = os.path.normpath(prefix)
+    older = [candidate for candidate in _candidate_prefixes(checkpoint_dir) if os.path.normpath(candidate) != newest]
+    for candidate in older:
+        problem = checkpoint_problem(candidate)
+        if problem is None:
+            faults = table_checkpoints.table_faults(candidate, table_tensors)
+            problem = _first_of(faults, "faults") if faults else None
+        if problem is None:
+            log.warning(
+                "checkpoint dir %s: %s; resuming from %s, the newest readable checkpoint",
+                checkpoint_dir,
+                "; ".join(problems),
+                os.path.basename(candidate),
+            )
+            tf.compat.v1.train.update_checkpoint_state(checkpoint_dir, candidate)
+            return candidate
+        problems.append(f"{os.path.basename(candidate)}: {problem}")
+    raise ConfigError(
+        f"checkpoint dir {checkpoint_dir} holds checkpoints but none is readable "
+        f"({'; '.join(problems)}); move them away to start from step 0"
+    )
+
+
+def _first_of(items: list[str], what: str) -> str:
+    """The first of ``items``, with how many more there are."""
+    more = f" (and {len(items) - 1} more {what})" if len(items) > 1 else ""
+    return f"{items[0]}{more}"
 
 
 def _saveable_shapes(variables) -> dict[str, list[int]]:

@@ -8,6 +8,7 @@ comes from ``replica_graph.build``.
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
 import time
@@ -20,7 +21,8 @@ from ps_toolkit.base import session_close
 from ps_toolkit.base.errors import ConfigError
 from ps_toolkit.cluster.config import ClusterConfig
 from ps_toolkit.network import step_guard
-from ps_toolkit.task import checkpoints
+from ps_toolkit.task import checkpoints, table_checkpoints
+from ps_toolkit.task.save_schedule import SavePacer, StepAfterRunSaverHook
 from ps_toolkit.task.sessions import FastWorkerSessionCreator, LiveStateChiefSessionCreator
 from ps_toolkit.task.watchdog import ProgressWatchdog
 from ps_toolkit.training import multi_step, replica_graph
@@ -65,11 +67,23 @@ class _BoundedCloseCreator(tf.compat.v1.train.SessionCreator):
         return session_close.bound_close(self._creator.create_session(), what=self._what)
 
 
+def _save_pacer(cluster: ClusterConfig, config: TrainConfig, graph: TrainGraph) -> SavePacer | None:
+    """The pacer of an async chief's in-graph loop with saves by steps; else None (every run is one step or
+    one sync step per replica step, so a save is at most one run late anyway)."""
+    by_steps = config.checkpoint_dir and config.save_checkpoint_steps and not config.save_checkpoint_secs
+    if not (cluster.is_chief and by_steps and graph.multi_step and not config.sync_replicas):
+        return None
+    return SavePacer(config.save_checkpoint_steps)
+
+
 def _chief_saving_hooks(config: TrainConfig, graph: TrainGraph, listeners=()) -> list:
     if not config.checkpoint_dir:
         return []
     steps = None if config.save_checkpoint_secs else config.save_checkpoint_steps
-    saver_hook = tf.compat.v1.train.CheckpointSaverHook(
+    saver_class = tf.compat.v1.train.CheckpointSaverHook
+    if graph.multi_step is not None:
+        saver_class = functools.partial(StepAfterRunSaverHook, graph.multi_step.global_step)
+    saver_hook = saver_class(
         config.checkpoint_dir,
         save_steps=steps,
         save_secs=config.save_checkpoint_secs,
@@ -85,9 +99,10 @@ def _chief_saving_hooks(config: TrainConfig, graph: TrainGraph, listeners=()) ->
     # it reads the global step again after EVERY run: one more round trip to the ps
     # per step, 36% of the sync chief's busy time in a py-spy profile. With the
     # true count it reads only when a save may be due (a save is at most one run late).
-    from ps_toolkit.base.tf_internals import set_saver_steps_per_run
+    if graph.multi_step is None:
+        from ps_toolkit.base.tf_internals import set_saver_steps_per_run
 
-    set_saver_steps_per_run(saver_hook, config.steps_per_run)
+        set_saver_steps_per_run(saver_hook, config.steps_per_run)
     return [
         saver_hook,
         tf.compat.v1.train.SummarySaverHook(
@@ -107,7 +122,7 @@ def _step_dependency(cluster: ClusterConfig, config: TrainConfig) -> str:
     return "global-step updates through the ps tasks"
 
 
-def _steps_feed(graph: TrainGraph, config: TrainConfig, cluster: ClusterConfig, progress: ProgressHook):
+def _steps_feed(graph: TrainGraph, config: TrainConfig, cluster: ClusterConfig, progress: ProgressHook, pacer=None):
     """How many steps the next run takes: one in the first run, fewer near the end (async).
 
     The first run takes one step so that the replica's first step is seen
@@ -125,6 +140,8 @@ def _steps_feed(graph: TrainGraph, config: TrainConfig, cluster: ClusterConfig, 
     count = multi_step.steps_for_next_run(
         progress.last_global_step or 0, config.train_steps, cluster.num_replicas, config.steps_per_run
     )
+    if pacer is not None:  # the async chief: its run ends near the next save by steps
+        count = pacer.steps_for_next_run(progress.last_global_step or 0, progress.local_steps, count)
     return {graph.multi_step.num_steps: count}
 
 
@@ -162,7 +179,10 @@ def train(
         graph = replica_graph.build(cluster, config, definition)
         if cluster.is_chief and config.checkpoint_dir:  # a checkpoint of another model: exit 2 now, said in one line
             checkpoints.check_model_matches_checkpoint(
-                config.checkpoint_dir, tf.compat.v1.global_variables(), dynamic_embedding.tables_of_graph()
+                config.checkpoint_dir,
+                tf.compat.v1.global_variables(),
+                dynamic_embedding.tables_of_graph(),
+                table_checkpoints.table_specs(),
             )
         if callable(target):
             target = target()
@@ -171,9 +191,10 @@ def train(
         if maintenance is not None:
             progress.add_fields(maintenance.progress_fields)
         evaluation = _final_evaluation(cluster, config, definition, graph, target, session_config, bound_session_close)
-        hooks = [*_hooks(cluster, config, graph, progress, evaluation), *final_hooks]
+        pacer = _save_pacer(cluster, config, graph)
+        hooks = [*_hooks(cluster, config, graph, progress, evaluation, pacer), *final_hooks]
         creator = _session_creator(cluster, config, graph, target, session_config, bound_session_close)
-        _run_session(cluster, target, creator, config, graph, hooks, progress, session_config, evaluation)
+        _run_session(cluster, target, creator, config, graph, hooks, progress, session_config, evaluation, pacer)
         if progress.local_steps:
             progress.emit()
         metrics = evaluation.metrics if evaluation else None
@@ -242,6 +263,7 @@ def _hooks(
     graph: TrainGraph,
     progress: ProgressHook,
     evaluation: FinalEvaluationHook | None,
+    pacer: SavePacer | None = None,
 ) -> list:
     """Every hook of the session: the graph's, the stops, the NaN check, progress, evaluation; on the chief,
     the step guard first and the checkpoint and summary savers."""
@@ -255,7 +277,8 @@ def _hooks(
     ]
     if cluster.is_chief:
         guard = step_guard.chief_hook(cluster, config, graph)
-        hooks = [guard, *_chief_saving_hooks(config, graph, listeners=[guard.saver_listener()]), *hooks]
+        listeners = [guard.saver_listener(), *([pacer] if pacer else [])]
+        hooks = [guard, *_chief_saving_hooks(config, graph, listeners=listeners), *hooks]
     if evaluation is None:
         return hooks
     # The final evaluation starts first at the end and runs while the final checkpoint is written;
@@ -263,7 +286,9 @@ def _hooks(
     return [FinalEvaluationStart(evaluation), *hooks, FinalEvaluationJoin(evaluation)]
 
 
-def _run_session(cluster, target, creator, config, graph: TrainGraph, hooks, progress, session_config, evaluation):
+def _run_session(
+    cluster, target, creator, config, graph: TrainGraph, hooks, progress, session_config, evaluation, pacer=None
+):
     """The MonitoredSession loop, under the watchdog, until a hook asks to stop; the final ``evaluation``'s
     batches count as progress, and a stall in it is named as its own."""
     waiting_for = "the chief to initialize or restore the model" if not cluster.is_chief else "the ps tasks"
@@ -290,7 +315,7 @@ def _run_session(cluster, target, creator, config, graph: TrainGraph, hooks, pro
                 watchdog.expect(_step_dependency(cluster, config))
                 while not session.should_stop():
                     try:
-                        _run_step(session, graph, config, cluster, progress)
+                        _run_step(session, graph, config, cluster, progress, pacer)
                     except tf.errors.OutOfRangeError as err:
                         # MonitoredSession would end the loop as if training were done: it is not.
                         if _END_OF_INPUT not in err.message:
@@ -320,7 +345,7 @@ def _input_ended(cluster: ClusterConfig, config: TrainConfig, progress) -> Confi
 _PEER_RESTARTED = ("ABORTED: From /job:", "UNAVAILABLE: From /job:", "was probably restarted")
 
 
-def _run_step(session, graph: TrainGraph, config: TrainConfig, cluster: ClusterConfig, progress) -> None:
+def _run_step(session, graph: TrainGraph, config: TrainConfig, cluster: ClusterConfig, progress, pacer=None) -> None:
     """One ``session.run`` of the training op; a step cancelled because a peer restarted is not an error.
 
     When a ps restarts mid-step, TensorFlow may report the step as CANCELLED
@@ -330,7 +355,7 @@ def _run_step(session, graph: TrainGraph, config: TrainConfig, cluster: ClusterC
     the restarted ps's ABORTED and does.
     """
     try:
-        session.run(graph.train_op, feed_dict=_steps_feed(graph, config, cluster, progress))
+        session.run(graph.train_op, feed_dict=_steps_feed(graph, config, cluster, progress, pacer))
     except tf.errors.CancelledError as err:
         if not any(sign in err.message for sign in _PEER_RESTARTED):
             raise
