@@ -359,3 +359,25 @@ def test_a_save_exports_each_hash_table_once_for_all_tables_and_splits_it_in_one
         assert {op.type for op in shape_checks} == {"EnsureShape"}, export.name
         readers = [reader for check in shape_checks for reader in check.outputs[0].consumers()]
         assert {op.type for op in readers} == {"DynamicPartition"}, (export.name, readers)
+
+
+@pytest.mark.parametrize("with_dense_variable", [True, False])
+def test_adam_counts_its_steps_without_a_global_step_as_tensorflow_does(with_dense_variable):
+    """minimize() with no global_step: the table's Adam step count is the optimizer's beta powers, not the step."""
+    with tf.Graph().as_default():
+        tf.compat.v1.train.get_or_create_global_step()  # present, never incremented by this training op
+        table = de.get_table("t", 2, initializer=de.InitialRows("constant", 0.1))
+        row = de.lookup(table, tf.constant([1], tf.int64))
+        twin = tf.compat.v1.get_variable("twin", [1, 2], initializer=tf.compat.v1.constant_initializer(0.1))
+        gradient = tf.constant([[0.5, -1.5]])
+        loss = tf.reduce_sum(row * gradient) + (tf.reduce_sum(twin * gradient) if with_dense_variable else 0.0)
+        train = de.TableOptimizer(tf.compat.v1.train.AdamOptimizer(0.05)).minimize(loss)
+        reference = tf.compat.v1.get_variable("reference", [1, 2], initializer=tf.compat.v1.constant_initializer(0.1))
+        reference_train = tf.compat.v1.train.AdamOptimizer(0.05).minimize(tf.reduce_sum(reference * gradient))
+        with tf.compat.v1.Session() as session:
+            session.run(tf.compat.v1.global_variables_initializer())
+            for _ in range(10):
+                session.run([train, reference_train])
+            np.testing.assert_allclose(session.run(row), session.run(reference), rtol=1e-5)
+            if with_dense_variable:
+                np.testing.assert_allclose(session.run(twin), session.run(reference), rtol=1e-5)

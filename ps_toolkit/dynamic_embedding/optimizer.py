@@ -157,7 +157,9 @@ class TableOptimizer:
         context = self.begin_step(dense_variables, tables)
         with tf.name_scope(name or "apply_tables"):
             updates = self.table_updates(tables, step, context)
-        if dense:
+        # A loss that reads only tables, in a graph with other trainable variables, trains the tables (as TFRA
+        # does): the wrapped optimizer, which refuses pairs that all lack a gradient, gets none then.
+        if dense_variables or (dense and not tables):
             with tf.control_dependencies(updates):
                 return self.optimizer.apply_gradients(dense, global_step=global_step, name=name)
         with tf.control_dependencies(updates):
