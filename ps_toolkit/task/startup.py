@@ -99,6 +99,24 @@ def exit_on_interrupt(label: str) -> None:
         signal.signal(signal.SIGINT, interrupted)
 
 
+def stop_on_signals(label: str) -> None:
+    """SIGTERM or Ctrl-C asks training to stop (a job with no step limit): the chief saves, every task
+    ends with exit 0; a ps serves until its replicas are done. A second signal ends the process at once."""
+    from ps_toolkit.training import stop_request
+
+    def stop(signum, _frame):
+        if stop_request.requested():
+            sys.stderr.write(f"{label}: {signal.Signals(signum).name} again; exiting now\n")
+            open_ports.release()
+            finish(EXIT_INTERRUPTED)
+        sys.stderr.write(f"{label}: {signal.Signals(signum).name}: stopping after this step (again: at once)\n")
+        stop_request.request()
+
+    signal.signal(signal.SIGTERM, stop)
+    if signal.getsignal(signal.SIGINT) is not signal.SIG_IGN:
+        signal.signal(signal.SIGINT, stop)
+
+
 def finish(code: int = 0) -> None:
     """Ends the process now: tearing down TensorFlow and its gRPC server takes seconds, and every
     result is flushed. Removes first what the skipped interpreter exit would have removed."""
