@@ -195,8 +195,11 @@ def test_a_job_with_no_step_limit_stops_on_request_and_resumes_each_record_once(
     delivered = []
     first = _train_until_all_read(checkpoint_dir, definition, 24, delivered)
     assert first["global_step"] >= 6, first
+    saved = tf.train.load_checkpoint(checkpoint_dir)
+    position = json.loads(saved.get_tensor("folder_input/position_replica_0") or b"{}")
+    assert position.get("done") == [f"part-{i}.tfrecord" for i in range(3)], (position, first)
     for i in range(3, 6):
         write_part(data, f"part-{i}.tfrecord", range(8 * i, 8 * i + 8), mtime=(i + 1) * 10**9)
     stop_request.clear()
     _train_until_all_read(checkpoint_dir, definition, 24, delivered)  # restores the positions saved at the stop
-    assert sorted(delivered) == list(range(48)), delivered
+    assert sorted(delivered) == list(range(48)), f"in order delivered: {delivered}"

@@ -156,6 +156,12 @@ class FolderInput:
             self._current = (mine["file"], int(mine["records"])) if mine.get("file") else None
             self._pushed = self.position_json_unlocked()
         self._position_read.set()
+        log.info(
+            "%s: %d files done by every replica; this replica resumes at %s",
+            self.pattern,
+            len(self._done),
+            self._current,
+        )
 
     def position_json_unlocked(self) -> str:
         file, records = self._current or (None, 0)
@@ -164,7 +170,7 @@ class FolderInput:
     def push_args(self):
         """(assign op, feed) when the position changed since the last push, else None."""
         text = self.position_json()
-        if text == self._pushed:
+        if text == self._pushed or not self._position_read.is_set():  # never the default over a saved one
             return None
         self._pushed = text
         return self._assign, {self._new_position: text}

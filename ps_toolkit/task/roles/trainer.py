@@ -268,7 +268,9 @@ def _hooks(
     if cluster.is_chief:
         guard = step_guard.chief_hook(cluster, config, graph)
         listeners = [guard.saver_listener(), *(hook.save_listener() for hook in positions)]
-        hooks = [guard, *_chief_saving_hooks(config, graph, listeners=listeners), *hooks]
+        # The positions are read before the saver's first save (at session creation) can write them back.
+        rest = [hook for hook in hooks if hook not in positions]
+        hooks = [*positions, guard, *_chief_saving_hooks(config, graph, listeners=listeners), *rest]
     if evaluation is None:
         return hooks
     # The final evaluation starts first at the end and runs while the final checkpoint is written;
