@@ -105,12 +105,13 @@ def test_a_truncated_file_is_skipped_with_one_line_naming_it(tmp_path, caplog):
     write_part(tmp_path, "part-0.tfrecord", [1, 2], mtime=1 * 10**9)
     bad = write_part(tmp_path, "part-1.tfrecord", [3, 4, 5], mtime=2 * 10**9)
     os.truncate(bad, os.path.getsize(bad) - 3)
+    os.utime(bad, ns=(2 * 10**9, 2 * 10**9))  # the truncation made it the newest
     (tmp_path / "part-2.tfrecord").write_bytes(b"not a record file at all")
     os.utime(tmp_path / "part-2.tfrecord", ns=(3 * 10**9, 3 * 10**9))
     write_part(tmp_path, "part-3.tfrecord", [6], mtime=4 * 10**9)
     reader = _Reader(str(tmp_path / "part-*.tfrecord"))
     with caplog.at_level("WARNING"):
-        assert reader.take(3) == ["1", "2", "6"]
+        assert reader.take(3) == ["1", "2", "6"]  # part-1 and part-2 were checked and skipped before part-3
     reader.close()
     warned = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
     assert any(bad in line and "truncated" in line for line in warned), warned
