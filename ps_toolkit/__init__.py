@@ -40,6 +40,18 @@ def embedding_lookups(tables, ids, options=None):
     return sparse_lookup.embedding_lookups(tables, ids, options)
 
 
+def follow_folder(pattern, context, **options):
+    """A dataset of the records of the files matching ``pattern`` as they land, each read once, endless.
+
+    Call it in an input_fn; the position (files done) is saved in the checkpoint, so a restart
+    neither skips nor repeats a record (docs/online.md). Options: ``poll_secs``, ``on_bad_file``
+    (``skip`` or ``stop``), ``name``; see ``training.folder_input.follow_folder``.
+    """
+    from ps_toolkit.training import folder_input  # TensorFlow only when a model is built
+
+    return folder_input.follow_folder(pattern, context, **options)
+
+
 __all__ = [
     "ClusterConfig",
     "ConfigError",
@@ -54,6 +66,7 @@ __all__ = [
     "ToolkitError",
     "TrainConfig",
     "embedding_lookups",
+    "follow_folder",
     "resolve",
     "train",
 ]

@@ -58,7 +58,9 @@ def define_training_flags() -> None:
     flags.DEFINE_string("params", None, "With --model_fn: a JSON object passed to model_fn as params.")
     flags.DEFINE_enum("model", "softmax", list(MODEL_NAMES), "Built-in MNIST model to train without --model_fn.")
     flags.DEFINE_string("data_dir", None, "Built-in models: folder with the MNIST IDX files; default: embedded digits.")
-    flags.DEFINE_integer("train_steps", 1000, "Global steps to train for.")
+    flags.DEFINE_integer(
+        "train_steps", 1000, "Global steps to train for; 0: no limit, until SIGTERM / Ctrl-C (the chief saves, exit 0)."
+    )
     flags.DEFINE_integer("batch_size", 100, "Examples per replica per step.")
     flags.DEFINE_enum("optimizer", "sgd", list(OPTIMIZER_NAMES), "Optimizer the toolkit builds for the model's loss.")
     flags.DEFINE_float("learning_rate", None, "Default: the built-in model's, else the optimizer's.")

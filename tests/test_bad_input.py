@@ -57,7 +57,13 @@ CASES = {
         {},
         "needs --sync_replicas",
     ),
-    "zero train steps": (OK_HOSTS + ["--job_name=worker", "--train_steps=0"], {}, "--train_steps=0"),
+    # 0 trains until stopped; a negative count is refused.
+    "negative train steps": (OK_HOSTS + ["--job_name=worker", "--train_steps=-1"], {}, "--train_steps=-1"),
+    "no step limit with sync": (
+        OK_HOSTS + ["--job_name=worker", "--train_steps=0", "--sync_replicas"],
+        {},
+        "--train_steps=0 (train until stopped) works with asynchronous training only",
+    ),
     # 0 is a value, and a wrong one, not "the default".
     "zero steps per run": (OK_HOSTS + ["--job_name=worker", "--steps_per_run=0"], {}, "--steps_per_run=0"),
     "negative learning rate": (OK_HOSTS + ["--job_name=worker", "--learning_rate=-1"], {}, "--learning_rate=-1"),
@@ -229,7 +235,7 @@ LAUNCH_CASES = {
         ["--sync_replicas", "--replicas_to_aggregate=3"],
         "--replicas_to_aggregate=3 must be between 1 and the number of training replicas, 2",
     ),
-    "zero train steps": (["--train_steps=0"], "--train_steps=0 must be positive"),
+    "negative train steps": (["--train_steps=-1"], "--train_steps=-1 must be positive, or 0 to train until stopped"),
     "missing data dir": (["--data_dir=/nonexistent/mnist"], "data dir /nonexistent/mnist (from --data_dir)"),
     "unknown placement": (["--placement=magic"], "magic"),
 }

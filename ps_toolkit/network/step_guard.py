@@ -81,7 +81,7 @@ def chief_hook(cluster, config, graph) -> StepGuardHook:
     """The guard for a chief training ``graph`` (a train_graph.TrainGraph) as ``config`` says."""
     loop = graph.multi_step
     bound = StepBound(
-        num_replicas=cluster.num_replicas, steps_per_run=config.steps_per_run, train_steps=config.train_steps
+        num_replicas=cluster.num_replicas, steps_per_run=config.steps_per_run, train_steps=config.last_step
     )
     return StepGuardHook(
         bound,

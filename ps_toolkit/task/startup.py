@@ -10,6 +10,7 @@ import logging
 import os
 import signal
 import sys
+import threading
 
 from ps_toolkit.base import tf_internals
 from ps_toolkit.base.errors import ConfigError
@@ -97,6 +98,35 @@ def exit_on_interrupt(label: str) -> None:
     # Started with SIGINT ignored (a shell's ``&``, nohup): Ctrl-C is meant not to reach it.
     if signal.getsignal(signal.SIGINT) is not signal.SIG_IGN:
         signal.signal(signal.SIGINT, interrupted)
+
+
+def stop_on_signals(label: str) -> None:
+    """SIGTERM or Ctrl-C asks training to stop (a job with no step limit): the chief saves, every task
+    ends with exit 0; a ps serves until its replicas are done. A second signal ends the process at once.
+
+    The signals are taken by a thread of their own (``sigwait``), blocked everywhere else: a Python
+    handler runs only when the main thread is in Python, and a step that waits for input never returns
+    to it until the stop request ends that input. Call it before TensorFlow starts its threads (they
+    inherit the blocked signals) and after ``begin`` (a task with threads would be executed again there).
+    """
+    from ps_toolkit.training import stop_request
+
+    signals = {signal.SIGTERM}
+    if signal.getsignal(signal.SIGINT) is not signal.SIG_IGN:  # started with Ctrl-C meant not to reach it
+        signals.add(signal.SIGINT)
+    signal.pthread_sigmask(signal.SIG_BLOCK, signals)
+
+    def take_signals():
+        while True:
+            name = signal.Signals(signal.sigwait(signals)).name
+            if stop_request.requested():
+                sys.stderr.write(f"{label}: {name} again; exiting now\n")
+                open_ports.release()
+                finish(EXIT_INTERRUPTED)
+            sys.stderr.write(f"{label}: {name}: stopping after this step (again: at once)\n")
+            stop_request.request()
+
+    threading.Thread(target=take_signals, name="stop-signals", daemon=True).start()
 
 
 def finish(code: int = 0) -> None:

@@ -68,8 +68,11 @@ def _main(argv):
         )
         cli.check_model_flags()
         preflight.check_data_dir(config.data_dir)
-        startup.exit_on_interrupt(f"run_task.py {cluster.device}")
+        if config.train_steps:  # a job with no step limit takes its signals once begin is done
+            startup.exit_on_interrupt(f"run_task.py {cluster.device}")
         port = startup.begin(cluster, allow_open_ports=flags.FLAGS.allow_open_ports)
+        if not config.train_steps:  # no step limit: a signal is how the job ends
+            startup.stop_on_signals(f"run_task.py {cluster.device}")
         logging.info(
             "%s of %s; port %s; checkpoints in %s", cluster.device, cluster.source, port, config.checkpoint_dir
         )

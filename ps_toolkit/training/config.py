@@ -15,6 +15,10 @@ from ps_toolkit.training import optimizers, user_code
 # sparse_lookup.WIRE_DTYPES, without importing TensorFlow here.
 WIRE_DTYPES = ("float32", "bfloat16")
 FINAL_EVALUATIONS = ("every_replica", "chief")  # TrainConfig.final_evaluation
+# The last step of a job with no step limit (train_steps=0): far beyond reach, with int64 headroom.
+UNLIMITED_LAST_STEP = flag_ranges.INT64_MAX // 2
+# What intervals counted in steps (progress lines, table maintenance) assume a job with no limit takes.
+UNLIMITED_INTERVAL_STEPS = 10_000
 
 
 @dataclasses.dataclass(frozen=True)
@@ -29,7 +33,7 @@ class TrainConfig:
 
     model: str = "softmax"  # the built-in model the CLI trains when no --model_fn is given
     data_dir: str | None = None  # the built-in models' MNIST folder; None: the embedded digits
-    train_steps: int = 1000
+    train_steps: int = 1000  # 0: no limit, train until a stop request (SIGTERM / Ctrl-C, stop_request)
     batch_size: int = 100
     optimizer: str = "sgd"  # ps_toolkit.training.optimizers
     learning_rate: float | None = None  # None: the model's default for the optimizer, else the optimizer's
@@ -77,6 +81,16 @@ class TrainConfig:
     wire_dtype: str = "float32"
 
     @property
+    def last_step(self) -> int:
+        """The global step training stops at: ``train_steps``, or one never reached when it is 0."""
+        return self.train_steps or UNLIMITED_LAST_STEP
+
+    @property
+    def interval_steps(self) -> int:
+        """The run length that step-counted intervals divide: ``train_steps``, or a nominal one when 0."""
+        return self.train_steps or UNLIMITED_INTERVAL_STEPS
+
+    @property
     def packed_transfers(self) -> bool:
         """Whether steps move parameters and gradients packed: not when every layer runs on the ps anyway."""
         return self.pack_transfers and self.compute_near_weights != "all"
@@ -106,7 +120,11 @@ class TrainConfig:
         # The last run of every replica may pass train_steps: the global step must still fit in int64.
         headroom = cluster.num_replicas * self.steps_per_run
         flag_ranges.check_int(
-            "train_steps", self.train_steps, high=flag_ranges.INT64_MAX - headroom, why="the global step is an int64"
+            "train_steps",
+            self.train_steps,
+            low=0,
+            high=flag_ranges.INT64_MAX - headroom,
+            why="the global step is an int64",
         )
         if self.learning_rate is not None and not math.isfinite(self.learning_rate):
             raise ConfigError(f"--learning_rate={self.learning_rate} is not a finite number")
@@ -126,7 +144,11 @@ class TrainConfig:
             ConfigError: naming the first bad or contradictory setting.
         """
         optimizers.check_name(self.optimizer)
-        for name in ("train_steps", "batch_size", "save_summaries_steps", "steps_per_run"):
+        if self.train_steps < 0:
+            raise ConfigError(f"--train_steps={self.train_steps} must be positive, or 0 to train until stopped")
+        if self.train_steps == 0 and self.sync_replicas:
+            raise ConfigError("--train_steps=0 (train until stopped) works with asynchronous training only")
+        for name in ("batch_size", "save_summaries_steps", "steps_per_run"):
             if getattr(self, name) <= 0:
                 raise ConfigError(f"--{name}={getattr(self, name)} must be positive")
         if self.learning_rate is not None and not self.learning_rate > 0:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import tensorflow as tf
 
 from ps_toolkit.cluster.config import ClusterConfig
+from ps_toolkit.training import folder_input
 from ps_toolkit.training.config import TrainConfig
 from ps_toolkit.training.model_api import InputContext, ModelDefinition, function_name
 from ps_toolkit.training.model_calls import call_input_fn
@@ -43,6 +44,8 @@ def train_batches(cluster: ClusterConfig, config: TrainConfig, definition: Model
             input_context(cluster, config),
             definition.params,
         )
+        if tf.compat.v1.get_collection(folder_input.FOLDER_INPUTS):
+            dataset = dataset.with_options(folder_input.exact_position_options())
         iterator = tf.compat.v1.data.make_initializable_iterator(dataset)
 
     def next_batch():

@@ -94,7 +94,7 @@ def build(cluster: ClusterConfig, config: TrainConfig, definition: ModelDefiniti
         tf.compat.v1.summary.scalar("loss", loss)
     tables = dynamic_embedding.tables_of_graph()
     if tables and cluster.is_chief:
-        every = max(1, config.train_steps // TABLE_MAINTENANCE_RUNS)
+        every = max(1, config.interval_steps // TABLE_MAINTENANCE_RUNS)
         hooks.append(dynamic_embedding.TableMaintenanceHook(tables, every, summary_dir=config.checkpoint_dir))
     if cluster.is_chief:
         strategies.log_placement_report(strategies.placement_report(num_ps=cluster.num_ps), log)
@@ -229,7 +229,7 @@ class _StepBuilder:
             self._variables + shards,
             loss_and_gradients,
             steps_per_run=self._config.steps_per_run,
-            last_step=self._config.train_steps,
+            last_step=self._config.last_step,
             sparse_names=self._sparse_names | {shard.name for shard in shards},
         )
         self._add_sync_hooks(sync_optimizer)
@@ -241,7 +241,7 @@ class _StepBuilder:
             replicas_to_aggregate=self._config.aggregate_count(self._cluster),
             total_num_replicas=self._cluster.num_replicas,
             replica_index=self._cluster.replica_index,
-            last_step=self._config.train_steps,
+            last_step=self._config.last_step,
         )
 
     def _add_sync_hooks(self, sync_optimizer) -> None:

@@ -74,7 +74,7 @@ def _evaluate_each_checkpoint(
                 write_summary(writer, step, metrics)
                 records.append({"global_step": step, **metrics})
                 log.info("evaluated %s: step %d, %s", path, step, _format(metrics))
-                if step >= config.train_steps:
+                if step >= config.last_step:
                     break
             else:
                 raise RetryableError(

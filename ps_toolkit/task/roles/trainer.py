@@ -25,7 +25,7 @@ from ps_toolkit.task import checkpoints, table_checkpoints
 from ps_toolkit.task.save_schedule import SavePacer, StepAfterRunSaverHook
 from ps_toolkit.task.sessions import FastWorkerSessionCreator, LiveStateChiefSessionCreator
 from ps_toolkit.task.watchdog import ProgressWatchdog
-from ps_toolkit.training import multi_step, replica_graph
+from ps_toolkit.training import folder_input, multi_step, replica_graph, stop_request
 from ps_toolkit.training.config import TrainConfig
 from ps_toolkit.training.evaluation import (
     FinalEvaluationHook,
@@ -112,6 +112,14 @@ def _chief_saving_hooks(config: TrainConfig, graph: TrainGraph, listeners=()) ->
     ]
 
 
+class _StopOnRequestHook(tf.compat.v1.train.SessionRunHook):
+    """Ends the loop after the run in which a stop was requested (stop_request: SIGTERM / Ctrl-C)."""
+
+    def after_run(self, run_context, run_values):
+        if stop_request.requested():
+            run_context.request_stop()
+
+
 def _step_dependency(cluster: ClusterConfig, config: TrainConfig) -> str:
     """What a training step waits for, for the watchdog's message."""
     if config.sync_replicas:
@@ -138,7 +146,7 @@ def _steps_feed(graph: TrainGraph, config: TrainConfig, cluster: ClusterConfig, 
     if config.sync_replicas:
         return None
     count = multi_step.steps_for_next_run(
-        progress.last_global_step or 0, config.train_steps, cluster.num_replicas, config.steps_per_run
+        progress.last_global_step or 0, config.last_step, cluster.num_replicas, config.steps_per_run
     )
     if pacer is not None:  # the async chief: its run ends near the next save by steps
         count = pacer.steps_for_next_run(progress.last_global_step or 0, progress.local_steps, count)
@@ -155,7 +163,7 @@ def train(
     final_hooks=(),
     bound_session_close: bool = False,
 ) -> dict:
-    """Trains this replica until the global step reaches ``config.train_steps``.
+    """Trains this replica until the global step reaches ``config.train_steps`` (0: until a stop request).
 
     ``target`` is the session target, or a function that starts this task's
     server and returns its target: it is called once the training graph is
@@ -223,7 +231,7 @@ def _progress_hook(cluster: ClusterConfig, config: TrainConfig, graph: TrainGrap
         job=cluster.task_type,
         task=cluster.task_index,
         every_secs=config.progress_every_secs,
-        every_global_steps=max(1, config.train_steps // PROGRESS_LINES_PER_RUN),
+        every_global_steps=max(1, config.interval_steps // PROGRESS_LINES_PER_RUN),
         steps_in_run=graph.multi_step.steps_done if graph.multi_step else None,
         step_after_run=graph.multi_step.global_step if graph.multi_step else None,
     )
@@ -267,18 +275,24 @@ def _hooks(
 ) -> list:
     """Every hook of the session: the graph's, the stops, the NaN check, progress, evaluation; on the chief,
     the step guard first and the checkpoint and summary savers."""
+    # The folder inputs' hooks first: a session reads their saved positions before the input starts.
+    positions = [item.hook() for item in tf.compat.v1.get_collection(folder_input.FOLDER_INPUTS)]
     hooks = [
+        *positions,
         *graph.hooks,
-        tf.compat.v1.train.StopAtStepHook(last_step=config.train_steps),
-        *([StopAtLastStepHook(graph.multi_step.global_step, config.train_steps)] if graph.multi_step else []),
+        tf.compat.v1.train.StopAtStepHook(last_step=config.last_step),
+        *([StopAtLastStepHook(graph.multi_step.global_step, config.last_step)] if graph.multi_step else []),
+        _StopOnRequestHook(),
         tf.compat.v1.train.NanTensorHook(graph.loss),
         progress,
         *([evaluation] if evaluation else []),
     ]
     if cluster.is_chief:
         guard = step_guard.chief_hook(cluster, config, graph)
-        listeners = [guard.saver_listener(), *([pacer] if pacer else [])]
-        hooks = [guard, *_chief_saving_hooks(config, graph, listeners=listeners), *hooks]
+        listeners = [guard.saver_listener(), *([pacer] if pacer else []), *(hook.save_listener() for hook in positions)]
+        # The positions are read before the saver's first save (at session creation) can write them back.
+        rest = [hook for hook in hooks if hook not in positions]
+        hooks = [*positions, guard, *_chief_saving_hooks(config, graph, listeners=listeners), *rest]
     if evaluation is None:
         return hooks
     # The final evaluation starts first at the end and runs while the final checkpoint is written;
@@ -296,11 +310,12 @@ def _run_session(
         cluster, timeout_secs=config.watchdog_secs, waiting_for=waiting_for, sync_replicas=config.sync_replicas
     ) as watchdog:
         progress.add_listener(watchdog.beat)
-        if evaluation is not None:
+        if evaluation is not None and config.train_steps:
             # Halfway through, the evaluation's session is opened and run once, so its first run's
             # cost is not paid after the last step (not at the start: it would slow the first steps).
             halfway = config.train_steps // 2
             progress.add_listener(lambda global_step: evaluation.warm_up() if global_step >= halfway else None)
+        if evaluation is not None:
             evaluation.on_warm_up_wait = lambda: watchdog.expect(
                 "the final evaluation's warm-up (its session, opened halfway through training, in its first batch)"
             )
@@ -317,9 +332,15 @@ def _run_session(
                     try:
                         _run_step(session, graph, config, cluster, progress, pacer)
                     except tf.errors.OutOfRangeError as err:
-                        # MonitoredSession would end the loop as if training were done: it is not.
+                        # MonitoredSession would end the loop as if training were done: it is not,
+                        # unless a stop was asked for and the input ended for it.
                         if _END_OF_INPUT not in err.message:
                             raise
+                        failures = [i.failure for i in tf.compat.v1.get_collection(folder_input.FOLDER_INPUTS)]
+                        if any(failures):
+                            raise ConfigError(f"{cluster.device}: {next(f for f in failures if f)}") from None
+                        if stop_request.requested():
+                            break
                         raise _input_ended(cluster, config, progress) from None
         except tf.compat.v1.train.NanLossDuringTrainingError:
             rate = f" (was {graph.learning_rate})" if graph.learning_rate is not None else ""
@@ -334,6 +355,12 @@ _END_OF_INPUT = "End of sequence"
 
 def _input_ended(cluster: ClusterConfig, config: TrainConfig, progress) -> ConfigError:
     """The training input ran out before ``--train_steps``: a run that trained less than asked is no success."""
+    if not config.train_steps:
+        return ConfigError(
+            f"{cluster.device}: the input_fn's dataset ended after {progress.local_steps} steps of this replica, "
+            "in a job with no step limit (--train_steps=0); give an input that never ends (dataset.repeat(), "
+            "ps_toolkit.follow_folder) or a --train_steps"
+        )
     return ConfigError(
         f"{cluster.device}: the input_fn's dataset ended after {progress.local_steps} steps of this replica, "
         f"before --train_steps={config.train_steps}; repeat it (dataset.repeat()) or lower --train_steps"
