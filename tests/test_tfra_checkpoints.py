@@ -3,7 +3,8 @@
 The checkpoints are tests/fixtures/tfra_checkpoints/ (make_checkpoints.py made them, in the
 environments of benchmarks/tfra_env.py); fixtures_legacy/tfra_restore.py restores one under
 run_legacy.py with a MonitoredTrainingSession, compares every table's rows and Adam slots with the
-checkpoint's TFRA shards and trains on.
+checkpoint's TFRA shards and trains on; fixtures_legacy/tfra_resume_ps.py continues the demo's PS
+shape on a real cluster of 3 ps (slow).
 """
 
 import json
@@ -11,10 +12,14 @@ import os
 import shutil
 
 import pytest
-from test_tfra_compat import FIXTURES, explain, run_legacy
+from fixtures_legacy.launch import launch, legacy
+from test_tfra_compat import FIXTURES, explain, json_lines, run_legacy
 
 CHECKPOINTS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "fixtures", "tfra_checkpoints")
 RESTORE = os.path.join(FIXTURES, "tfra_restore.py")
+RESUME_PS = os.path.join(FIXTURES, "tfra_resume_ps.py")
+# tfra_model.TABLES, in the order its "sizes" are (not imported: it imports TensorFlow).
+TABLE_ORDER = ["user_dynamic_embeddings", "movie_dynamic_embeddings", "genre_dynamic_embeddings"]
 MADE_BY = ("tf2.15-tfra0.7", "tf2.16-tfra0.8")
 
 
@@ -93,3 +98,24 @@ def test_a_checkpoint_with_no_table_is_one_line(tmp_path):
     _assert_refused_in_one_line(
         proc, tableless, before, ["holds no dynamic embedding table", "user_dynamic_embeddings"]
     )
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("made_by", MADE_BY)
+def test_the_ps_demo_shape_continues_training_from_a_tfra_model_dir_on_three_ps(tmp_path, made_by):
+    made = manifest(made_by)
+    model_dir = model_dir_copy(tmp_path, made_by)
+    script = legacy(RESUME_PS, f"--model_dir={model_dir}", "--train_steps=40")
+    run = launch(tmp_path / "run", ["--num_ps=3", "--num_workers=1"], script, timeout_secs=240)
+    assert run.returncode == 0, run.describe()
+    worker = [line for line in json_lines(run.logs["worker-0"], "tfra_result") if line["tfra_result"] == "worker"]
+    assert worker, run.describe()
+    result = worker[-1]
+    assert result["restored_step"] == made["steps"] and result["shards"] == 3, result
+    assert result["sizes"] == [made["rows"][table] for table in sorted(made["rows"], key=TABLE_ORDER.index)], result
+    losses = result["losses"]
+    # From TFRA's last loss on (a fresh model starts near first_loss), lower after 40 more steps.
+    assert losses[0] < 2 * made["last_loss"] < made["first_loss"] / 5, (losses[:3], made)
+    assert sum(losses[-10:]) / 10 < made["last_loss"], (losses[-10:], made)
+    # The chief saved its own checkpoint after TFRA's: the model_dir now holds ps_toolkit's table keys.
+    assert os.path.exists(model_dir / f"model.ckpt-{made['steps'] + 40}.index"), sorted(os.listdir(model_dir))
