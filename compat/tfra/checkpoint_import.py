@@ -221,18 +221,27 @@ def _insert_component(session, component: Component, reader, step: tf.Tensor) ->
 
 
 _ORIGINAL_RESTORE = []  # TensorFlow's Saver.restore, once install() replaced it
+_RESTORES_TABLES = "_ps_toolkit_restores_tables"  # set on each Saver: whether its var_list holds the tables
 
 
 def install() -> None:
-    """``tf.compat.v1.train.Saver.restore`` reads TFRA's tables where a checkpoint has them; idempotent."""
+    """``tf.compat.v1.train.Saver.restore`` reads TFRA's tables where a checkpoint has them; idempotent.
+
+    Only a Saver whose var_list holds the tables (the default list, or one naming a table) does: a Saver of
+    some dense variables restores them as TensorFlow does, whatever the graph's tables.
+    """
     saver_class = tf.compat.v1.train.Saver
     if getattr(saver_class.restore, "_ps_toolkit_tfra_import", False):
         return
-    original = saver_class.restore
+    original_init, original = saver_class.__init__, saver_class.restore
     _ORIGINAL_RESTORE[:] = [original]
 
+    def init_noting_tables(self, var_list=None, *args, **kwargs):
+        setattr(self, _RESTORES_TABLES, _lists_tables(var_list))
+        original_init(self, var_list, *args, **kwargs)
+
     def restore_tfra_too(self, sess, save_path):
-        variables = _tfra_variables(sess)
+        variables = _tfra_variables(sess) if getattr(self, _RESTORES_TABLES, True) else []
         if variables and save_path and tf.io.gfile.exists(save_path + ".index"):
             reader = tf.compat.v1.train.NewCheckpointReader(save_path)
             if is_tfra_checkpoint(reader.get_variable_to_shape_map()):
@@ -240,8 +249,19 @@ def install() -> None:
         return original(self, sess, save_path)
 
     restore_tfra_too._ps_toolkit_tfra_import = True
-    restore_tfra_too.__doc__ = original.__doc__
-    saver_class.restore = restore_tfra_too
+    for wrapper, wrapped in ((init_noting_tables, original_init), (restore_tfra_too, original)):
+        wrapper.__doc__ = wrapped.__doc__
+    saver_class.__init__, saver_class.restore = init_noting_tables, restore_tfra_too
+
+
+def _lists_tables(var_list) -> bool:
+    """Whether a Saver's ``var_list`` holds tables: the default (every saveable) or one naming a table."""
+    from ps_toolkit_compat.tfra import variable
+
+    if var_list is None:
+        return True
+    items = var_list.values() if isinstance(var_list, dict) else var_list
+    return any(isinstance(item, ShardComponentSaveable | variable.Variable) for item in items)
 
 
 def _tfra_variables(session) -> list:

@@ -30,6 +30,7 @@ flags.DEFINE_integer("steps", 20, "steps trained after the restore")
 flags.DEFINE_integer("user_dim", tfra_model.DIM, "the user table's dim")
 flags.DEFINE_string("user_key_dtype", "int64", "the user table's key dtype")
 flags.DEFINE_string("write_tableless", None, "only write --model_dir's checkpoint less its tables into this folder")
+flags.DEFINE_boolean("dense_saver", False, "only restore the dense tower with a Saver of its variables")
 FLAGS = flags.FLAGS
 
 
@@ -66,6 +67,18 @@ def write_tableless(model_dir, out):
             tf.compat.v1.train.Saver(variables).save(session, os.path.join(out, os.path.basename(prefix)))
 
 
+def restore_dense(model_dir):
+    """A Saver of the dense variables alone restores them as TensorFlow does, though the graph has tables."""
+    dense = [v for v in tf.compat.v1.global_variables() if v.op.name.startswith("tower_")]
+    saver = tf.compat.v1.train.Saver(var_list=dense)
+    with tf.compat.v1.Session() as session:
+        saver.restore(session, tf.train.latest_checkpoint(model_dir))
+        values = session.run(dense)
+    reader = tf.compat.v1.train.NewCheckpointReader(tf.train.latest_checkpoint(model_dir))
+    same = all(np.array_equal(value, reader.get_tensor(v.op.name)) for v, value in zip(dense, values, strict=True))
+    print("tfra_restore " + json.dumps({"dense_restored": len(dense), "same": same}))
+
+
 def main(_):
     if FLAGS.write_tableless:
         write_tableless(FLAGS.model_dir, FLAGS.write_tableless)
@@ -73,6 +86,9 @@ def main(_):
     model = tfra_model.build(
         tfra, ["/CPU:0"] * FLAGS.shards, user_dim=FLAGS.user_dim, user_key_dtype=tf.as_dtype(FLAGS.user_key_dtype)
     )
+    if FLAGS.dense_saver:
+        restore_dense(FLAGS.model_dir)
+        return
     exports = {}
     for table in model["tables"]:
         exports[table.name] = table.export()
