@@ -234,6 +234,10 @@ def _run(args) -> int:
         missing = [name for name in names if name[:-3] not in baseline]
         if missing:
             raise UsageError(f"--baseline_json={args.baseline_json} has no run of {', '.join(missing)}")
+        for name in names:  # the baseline ran these very files
+            ran = report["files"][name[:-3]].get("sha256")
+            if ran and ran != _sha256(paths[name]):
+                raise UsageError(f"{paths[name]} is not the file --baseline_json={args.baseline_json} ran (sha256)")
         here = run_here(scratch, names, args.file_timeout_s)
         rates = [compare(name[:-3], baseline[name[:-3]], here[name[:-3]]) for name in names]
         print(format_rates(rates, f"{report.get('system', BASELINE_NAME)}", HERE_NAME))
