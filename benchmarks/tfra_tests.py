@@ -6,10 +6,12 @@
 
 Each of the four test files (FILES) is copied byte for byte into a scratch folder (so neither run
 imports TFRA's source tree in place of the package under test) and run by pytest twice:
-- the baseline: real TFRA 0.7.2 on TensorFlow 2.15.1 in its virtual environment (benchmarks/tfra_env.py),
-  with ``tf.compat.v1.disable_v2_behavior()`` run before the file is imported (a pytest plugin, the file
-  unchanged), the graph mode the files' graph-mode halves are written for;
+- the baseline: real TFRA 0.7.2 on TensorFlow 2.15.1 in its virtual environment (benchmarks/tfra_env.py);
 - here: ``python scripts/run_legacy.py -m pytest FILE``, TensorFlow 2.21 with ps_toolkit's TFRA layer.
+Both runs load the same pytest plugin (GRAPH_HALVES) before the file is imported: it calls
+``tf.compat.v1.disable_v2_behavior()`` and makes TensorFlow's ``run_in_graph_and_eager_modes`` (and so
+``run_all_in_graph_and_eager_modes``) run a test's graph-mode half only, so a test counts by its graph
+half (a skipped graph half: skipped) and the eager halves, which the compat layer refuses, are not run.
 Prints per file and overall the share of the tests passing on the baseline that pass here, and each
 one that does not with its one-line reason. ``--baseline_json`` reads an earlier baseline instead of
 running real TFRA; ``--out`` writes both runs and the rates as JSON. Every process started is ended.
@@ -47,9 +49,31 @@ FILES = (
 BASELINE_ENV = "tf2.15-tfra0.7"
 BASELINE_NAME = "real TFRA 0.7.2 on TF 2.15.1"
 HERE_NAME = "scripts/run_legacy.py on this TensorFlow"
-# Imported by the baseline's pytest (-p) before it collects a file: graph mode, as the issue's baseline.
-_GRAPH_MODE_PLUGIN = "import tensorflow as tf\n\ntf.compat.v1.disable_v2_behavior()\n"
-_PLUGIN_MODULE = "tfra_baseline_graph_mode"
+# Imported by both runs' pytest (-p) before it collects a file: graph mode, and the graph halves only.
+GRAPH_HALVES = """
+import tensorflow as tf
+from tensorflow.python.eager import context
+from tensorflow.python.framework import test_util
+from tensorflow.python.util import tf_decorator
+
+tf.compat.v1.disable_v2_behavior()
+
+
+def run_in_graph_and_eager_modes(func=None, config=None, use_gpu=True, assert_no_eager_garbage=False):
+    # TensorFlow's decorator less its eager half: the test in graph mode, in its test session.
+    def decorator(f):
+        def decorated(self, *args, **kwargs):
+            with context.graph_mode(), self.test_session(use_gpu=use_gpu, config=config):
+                f(self, *args, **kwargs)
+
+        return tf_decorator.make_decorator(f, decorated)
+
+    return decorator(func) if func is not None else decorator
+
+
+test_util.run_in_graph_and_eager_modes = run_in_graph_and_eager_modes
+"""
+_PLUGIN_MODULE = "tfra_tests_graph_halves"
 _TEST_TIMEOUT_S = 300  # one test here (pytest-timeout), so a hung test costs one test, not its file
 
 
@@ -106,32 +130,43 @@ def run_file(command: list[str], scratch: str, module: str, timeout_s: float, en
 
 
 def _pytest_args(file: str) -> list[str]:
-    return ["-m", "pytest", file, "-q", "-p", "no:cacheprovider", "--junitxml=junit.xml", "-o", "junit_family=xunit1"]
+    # -p no:subtests: pytest 9's subtests (here) report as pytest 8 (the baseline's) does.
+    args = ["-m", "pytest", file, "-q", "-p", "no:cacheprovider", "-p", "no:subtests", "--junitxml=junit.xml"]
+    return args + ["-o", "junit_family=xunit1"]
 
 
-def run_baseline(python: str, scratch: str, files: list[str], timeout_s: float) -> dict[str, FileRun]:
-    """Each file on real TFRA, graph mode set by the plugin before the file is imported."""
+def _environment(scratch: str) -> dict:
+    """This process's environment less TF_CONFIG, with the scratch folder (the plugin) as the only PYTHONPATH."""
     with open(os.path.join(scratch, _PLUGIN_MODULE + ".py"), "w") as plugin:
-        plugin.write(_GRAPH_MODE_PLUGIN)
+        plugin.write(GRAPH_HALVES)
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "TF_CONFIG")}
-    env["PYTHONPATH"] = scratch  # the plugin, found by -p
+    env["PYTHONPATH"] = scratch
+    return env
+
+
+def run_baseline(python: str, scratch: str, files: list[str], timeout_s: float, after_each=None) -> dict:
+    """Each file on real TFRA, its graph halves (the plugin); ``after_each(results so far)`` after each file."""
+    env = _environment(scratch)
     results = {}
     for file in files:
         module = file[:-3]
         command = [python, *_pytest_args(file), "-p", _PLUGIN_MODULE]
         results[module] = run_file(command, scratch, module, timeout_s, env)
         print(f"  baseline {module}: {_summary(results[module])}", flush=True)
+        if after_each:
+            after_each(results)
     return results
 
 
 def run_here(scratch: str, files: list[str], timeout_s: float) -> dict[str, FileRun]:
-    """Each file as ``python scripts/run_legacy.py -m pytest FILE`` with this checkout's interpreter."""
-    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "TF_CONFIG")}
+    """Each file as ``python scripts/run_legacy.py -m pytest FILE`` (this interpreter), its graph halves."""
+    env = _environment(scratch)
     timeout = ["--timeout", str(_TEST_TIMEOUT_S)] if _has_module("pytest_timeout") else []
     results = {}
     for file in files:
         module = file[:-3]
-        command = [sys.executable, os.path.join(REPO, "scripts", "run_legacy.py"), *_pytest_args(file), *timeout]
+        run_legacy = os.path.join(REPO, "scripts", "run_legacy.py")
+        command = [sys.executable, run_legacy, *_pytest_args(file), "-p", _PLUGIN_MODULE, *timeout]
         results[module] = run_file(command, scratch, module, timeout_s, env)
         print(f"  here {module}: {_summary(results[module])}", flush=True)
     return results
@@ -181,7 +216,7 @@ def _baseline_report(python: str, paths: dict[str, str], results: dict[str, File
         "tensorflow": versions[0] if versions else "",
         "tfra": versions[1] if len(versions) > 1 else "",
         "env": BASELINE_ENV,
-        "graph_mode": "tf.compat.v1.disable_v2_behavior() before each file is imported",
+        "graph_mode": "tf.compat.v1.disable_v2_behavior(), and each test's graph half (benchmarks/tfra_tests.py)",
         "machine": f"{platform.machine()}, {os.cpu_count()} cores",
         "date": time.strftime("%Y-%m-%d", time.gmtime()),
         "files": {name[:-3]: {"sha256": _sha256(paths[name]), **results[name[:-3]].to_json()} for name in paths},
@@ -223,12 +258,16 @@ def _run(args) -> int:
             if python is None:
                 print(f"tfra_tests.py: no baseline: {reason}", file=sys.stderr)
                 return 1
-            baseline = run_baseline(python, scratch, names, args.file_timeout_s)
+
+            def save(results):  # after each file, so a run cut short keeps the files it ran
+                if args.save_baseline:
+                    done = {name: path for name, path in paths.items() if name[:-3] in results}
+                    with open(args.save_baseline, "w") as f:
+                        json.dump(_baseline_report(python, done, results), f, indent=1, sort_keys=True)
+                        f.write("\n")
+
+            baseline = run_baseline(python, scratch, names, args.file_timeout_s, save)
             report = _baseline_report(python, paths, baseline)
-            if args.save_baseline:
-                with open(args.save_baseline, "w") as f:
-                    json.dump(report, f, indent=1, sort_keys=True)
-                    f.write("\n")
         if args.only_baseline:
             return 0
         missing = [name for name in names if name[:-3] not in baseline]
