@@ -9,6 +9,7 @@ TensorFlow name used outside the two modules.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 
 from ps_toolkit.base import tf_internals as toolkit_internals
@@ -368,6 +369,30 @@ def register_export_api(name: str) -> None:
     attributes = getattr(tf_export, _ATTRIBUTES)
     tf_export.API_ATTRS.setdefault(name, attributes(f"_{name}_api_names", f"_{name}_api_constants"))
     tf_export.API_ATTRS_V1.setdefault(name, attributes(f"_{name}_api_names_v1", f"_{name}_api_constants_v1"))
+
+
+# --- TFRA checkpoints restored into the tables (compat/tfra/checkpoint_import.py) ----------------------------------
+
+_UNFINALIZE = _use(
+    "tensorflow.python.framework.ops.Graph",
+    "_unsafe_unfinalize",
+    "compat/tfra/checkpoint_import.py",
+    "a TFRA checkpoint is found only when the Saver restores, after MonitoredTrainingSession finalized the graph; "
+    "its rows go in by ops added then, and no public API reopens a finalized graph",
+)
+
+
+@contextlib.contextmanager
+def unfinalized(graph):
+    """Ops may be added to ``graph`` inside, finalized or not; a finalized graph is finalized again after."""
+    was_finalized = graph.finalized
+    if was_finalized:
+        getattr(graph, _UNFINALIZE)()
+    try:
+        yield
+    finally:
+        if was_finalized:
+            graph.finalize()
 
 
 def missing(uses=None) -> list[str]:

@@ -63,7 +63,9 @@ def _real_tensorflow():
 def build() -> dict[str, types.ModuleType]:
     """The two served modules by name. Imports the adapter and the tables only now, against TensorFlow 2's API."""
     with _real_tensorflow():
-        from ps_toolkit_compat.tfra import surface
+        from ps_toolkit_compat.tfra import checkpoint_import, surface
+
+        checkpoint_import.install()  # a TFRA model_dir's checkpoints restore into the tables
 
     dynamic_embedding = Namespace(DYNAMIC_EMBEDDING, surface.members())
     package = Namespace(
