@@ -22,8 +22,8 @@ import tensorflow as tf
 
 from ps_toolkit.base import tf_internals as toolkit_internals
 from ps_toolkit.base.errors import ConfigError
-from ps_toolkit.dynamic_embedding import keys as table_keys
-from ps_toolkit.dynamic_embedding.saving import ShardComponentSaveable
+from ps_toolkit.dynamic_embedding import table_ops
+from ps_toolkit.dynamic_embedding.saving import GroupShardSaveable
 from ps_toolkit_compat import tf_internals
 
 log = logging.getLogger(__name__)
@@ -129,43 +129,22 @@ def is_tfra_checkpoint(saved_names) -> bool:
 
 def slot_names(table) -> list[str]:
     """The optimizer slots ``table`` has in this graph (made when its optimizer was built)."""
-    return sorted(table.shards[0].slots)
+    return table_ops.slot_names(table)
 
 
 def insert(table, ids: tf.Tensor, rows: tf.Tensor, seen_at_step: tf.Tensor) -> tf.Operation:
     """Puts ``rows`` for ``ids`` into ``table``, each on its shard, admitted and last seen at ``seen_at_step``."""
-    shard_of = table_keys.shard_of(ids, table.num_shards)
-    id_parts = tf.dynamic_partition(ids, shard_of, table.num_shards)
-    row_parts = tf.dynamic_partition(rows, shard_of, table.num_shards)
-    ops = []
-    for shard, shard_ids, shard_rows in zip(table.shards, id_parts, row_parts, strict=True):
-        meta = tf.stack(
-            [
-                tf.fill(tf.shape(shard_ids), tf.constant(table.admit_after, tf.int64)),
-                tf.fill(tf.shape(shard_ids), seen_at_step),
-            ],
-            1,
-        )
-        written = shard.rows.insert(shard_ids, shard_rows)
-        with tf.control_dependencies([written]):  # the meta last: an id counts as admitted once its row is there
-            ops.append(shard.meta.insert(shard_ids, meta))
-    return tf.group(*ops)
+    return table_ops.insert(table, ids, rows, seen_at_step)
 
 
 def insert_slot(table, slot: str, ids: tf.Tensor, values: tf.Tensor) -> tf.Operation:
     """Puts optimizer slot ``slot``'s ``values`` for ``ids`` into ``table``, each on its shard."""
-    shard_of = table_keys.shard_of(ids, table.num_shards)
-    id_parts = tf.dynamic_partition(ids, shard_of, table.num_shards)
-    value_parts = tf.dynamic_partition(values, shard_of, table.num_shards)
-    return tf.group(
-        *[shard.slots[slot].insert(i, v) for shard, i, v in zip(table.shards, id_parts, value_parts, strict=True)]
-    )
+    return table_ops.insert_slot(table, slot, ids, values)
 
 
 def export_slot(table, slot: str) -> tuple[tf.Tensor, tf.Tensor]:
     """(ids, values) of optimizer slot ``slot`` of ``table``, over all its shards."""
-    parts = [shard.slots[slot].export() for shard in table.shards]
-    return tf.concat([p[0] for p in parts], 0), tf.concat([p[1] for p in parts], 0)
+    return table_ops.export_component(table, f"slot_{slot}")
 
 
 # --- The restore ------------------------------------------------------------------------------------------------
@@ -178,9 +157,9 @@ def restore(session, prefix: str, variables, reader) -> None:
     # The default Saver's list (TensorFlow's variables._all_saveable_objects): the global variables, then the
     # saveables; a Saver given its own var_list restores these all the same.
     saveables = graph.get_collection(tf.compat.v1.GraphKeys.SAVEABLE_OBJECTS)
-    table_saveables = [s for s in saveables if isinstance(s, ShardComponentSaveable)]
+    table_saveables = [s for s in saveables if isinstance(s, GroupShardSaveable)]
     dense = graph.get_collection(tf.compat.v1.GraphKeys.GLOBAL_VARIABLES)
-    dense += [s for s in saveables if not isinstance(s, ShardComponentSaveable)]
+    dense += [s for s in saveables if not isinstance(s, GroupShardSaveable)]
     saved = reader.get_variable_to_shape_map()
     with graph.as_default(), tf_internals.unfinalized(graph):
         keyed = toolkit_internals.saver_keyed_variables(dense)
@@ -261,7 +240,7 @@ def _lists_tables(var_list) -> bool:
     if var_list is None:
         return True
     items = var_list.values() if isinstance(var_list, dict) else var_list
-    return any(isinstance(item, ShardComponentSaveable | variable.Variable) for item in items)
+    return any(isinstance(item, GroupShardSaveable | variable.Variable) for item in items)
 
 
 def _tfra_variables(session) -> list:

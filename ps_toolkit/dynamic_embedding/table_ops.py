@@ -30,8 +30,8 @@ def export_component(table, component: str) -> tuple[tf.Tensor, tf.Tensor]:
     return tf.concat(ids, 0), tf.concat(rows, 0)
 
 
-def insert(table, ids, rows) -> tf.Operation:
-    """Sets the rows of ``ids`` (admitting them), as TFRA's ``upsert``."""
+def insert(table, ids, rows, seen_at_step=0) -> tf.Operation:
+    """Sets the rows of ``ids`` (admitting them, last seen at ``seen_at_step`` at the earliest), as TFRA's ``upsert``."""
     rows = tf.reshape(tf.convert_to_tensor(rows, table.value_dtype), [-1, table.dim])
     ids = tf.reshape(tf.convert_to_tensor(ids, table.key_dtype), [-1])
     writes = []
@@ -47,7 +47,8 @@ def insert(table, ids, rows) -> tf.Operation:
         with on_device(shard.device):
             stored = keys.stored_keys(table.key_dtype, table.tag, part_ids, part_hashes)
             meta = shard.meta.find(stored)
-            admitted = tf.stack([tf.maximum(meta[:, 0], table.admit_after), tf.maximum(meta[:, 1], 0)], 1)
+            seen = tf.cast(seen_at_step, tf.int64)
+            admitted = tf.stack([tf.maximum(meta[:, 0], table.admit_after), tf.maximum(meta[:, 1], seen)], 1)
             written = shard.rows.insert(stored, part_rows)
             with tf.control_dependencies([written]):
                 writes.append(shard.meta.insert(stored, admitted))
@@ -110,3 +111,28 @@ def _rebuild_without(table, drop) -> tf.Operation:
                 keep = tf.logical_and(live, tf.logical_not(drop(shard, queryable(stored, live))))
                 rebuilt.append(hash_table.replace(tf.boolean_mask(stored, keep), tf.boolean_mask(values, keep)))
     return tf.group(*rebuilt)
+
+
+def slot_names(table) -> list[str]:
+    """The optimizer slots ``table``'s group has in this graph (made when its optimizer was built)."""
+    return sorted(table.shards[0].slots)
+
+
+def insert_slot(table, slot: str, ids, values) -> tf.Operation:
+    """Sets optimizer slot ``slot``'s ``values`` for ``ids`` of ``table``, each on its shard."""
+    ids = tf.reshape(tf.convert_to_tensor(ids, table.key_dtype), [-1])
+    values = tf.reshape(tf.convert_to_tensor(values, table.value_dtype), [-1, table.dim])
+    hashes = keys.hash64(ids)
+    shard_index = keys.shard_of_bucket(keys.save_bucket(hashes), table.num_shards)
+    writes = []
+    for shard, part_ids, part_hashes, part_values in zip(
+        table.shards,
+        tf.dynamic_partition(ids, shard_index, table.num_shards),
+        tf.dynamic_partition(hashes, shard_index, table.num_shards),
+        tf.dynamic_partition(values, shard_index, table.num_shards),
+        strict=True,
+    ):
+        with on_device(shard.device):
+            stored = keys.stored_keys(table.key_dtype, table.tag, part_ids, part_hashes)
+            writes.append(shard.slot(slot).insert(stored, part_values))
+    return tf.group(*writes)
