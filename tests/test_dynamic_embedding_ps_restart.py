@@ -17,8 +17,8 @@ import pytest
 import tensorflow as tf
 
 from ps_toolkit.cluster.preflight import reachable
-from ps_toolkit.dynamic_embedding import keys
-from ps_toolkit.dynamic_embedding.hash_tables import HashTable
+from ps_toolkit import dynamic_embedding
+from ps_toolkit.dynamic_embedding import keys, shard_records
 from ps_toolkit.launch.local_cluster import LocalCluster
 from tests import logwatch
 
@@ -39,9 +39,18 @@ def _checkpoint_ids(checkpoint: str, table: str, shard: int, num_shards: int) ->
 def _live_ids(address: str, table: str, shard: int, num_shards: int) -> set:
     """The ids whose rows the running ps ``shard`` holds now (read by a session on that ps)."""
     graph = tf.Graph()
-    with graph.as_default():
-        rows = HashTable(f"{table}/shard_{shard}_of_{num_shards}/rows", tf.int64, tf.float32, [8], 0, "/job:ps/task:1")
-        ids, _ = rows.export()
+    scope, name = table.rsplit("/", 1)
+    devices = [f"/job:ps/task:{i}" for i in range(num_shards)]
+    with graph.as_default(), tf.compat.v1.variable_scope(scope):
+        # The example's table as its model makes it (dim 8, normal initial rows, admitted at once): the
+        # same group, so the same hash tables on the ps; only this table's entries of the shard are read.
+        made = dynamic_embedding.get_table(
+            name, 8, initializer=dynamic_embedding.InitialRows("normal"), devices=devices
+        )
+        group_shard = made.shards[shard]
+        found = shard_records.entries(group_shard, group_shard.rows)
+        stored, _ = shard_records.of_table(found, group_shard.group.tables.index(made))
+        ids = keys.ids_of(tf.int64, stored)
         with tf.compat.v1.Session(f"grpc://{address}", graph=graph) as session:
             return set(session.run(ids).tolist())
 

@@ -31,7 +31,7 @@ def export_component(table, component: str) -> tuple[tf.Tensor, tf.Tensor]:
 
 
 def insert(table, ids, rows, seen_at_step=0) -> tf.Operation:
-    """Sets the rows of ``ids`` (admitting them, last seen at ``seen_at_step`` at the earliest), as TFRA's ``upsert``."""
+    """Sets the rows of ``ids``, as TFRA's ``upsert``: admitted, last seen at ``seen_at_step`` at the earliest."""
     rows = tf.reshape(tf.convert_to_tensor(rows, table.value_dtype), [-1, table.dim])
     ids = tf.reshape(tf.convert_to_tensor(ids, table.key_dtype), [-1])
     writes = []
