@@ -16,8 +16,8 @@ import time
 import pytest
 import tensorflow as tf
 
-from ps_toolkit.cluster.preflight import reachable
 from ps_toolkit import dynamic_embedding
+from ps_toolkit.cluster.preflight import reachable
 from ps_toolkit.dynamic_embedding import keys, shard_records
 from ps_toolkit.launch.local_cluster import LocalCluster
 from tests import logwatch
