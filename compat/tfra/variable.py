@@ -15,9 +15,11 @@ from __future__ import annotations
 import weakref
 
 import tensorflow as tf
+from tensorflow.python.trackable import base as trackable
 
 from ps_toolkit import dynamic_embedding as tables
-from ps_toolkit_compat.tfra import errors, initializers, refused, restrict
+from ps_toolkit.dynamic_embedding import table_ops
+from ps_toolkit_compat.tfra import errors, initializers, refused, restrict, variable_ops
 from ps_toolkit_compat.tfra.refused import NotServedUseError
 
 # graph -> {name: Variable}. Not a graph collection: an exported MetaGraph would list the names as
@@ -86,8 +88,10 @@ def _devices_list(devices):
     return list(devices) if isinstance(devices, (list, tuple)) else [devices]
 
 
-class Variable:
+class Variable(trackable.Trackable):
     """A TFRA dynamic embedding variable over one ps_toolkit dynamic table (``self.table``).
+
+    A Trackable, so ``tf.compat.v1.train.Saver(var_list=[..., variable])`` saves its table.
 
     Example (TF1 graph mode, as in TFRA):
         users = de.get_variable("user", dim=8, devices=["/job:ps/task:0", "/job:ps/task:1"])
@@ -137,6 +141,11 @@ class Variable:
             )
         self.devices = [device or "" for device in self.table.devices]
         self.shard_num = self.table.num_shards
+        self._tables = [variable_ops.ShardTable(self, index) for index in range(self.shard_num)]
+        # Built now, outside any control dependency: size() called once the graph is finalized (a
+        # MonitoredTrainingSession's) returns these instead of building new ops.
+        with tf.control_dependencies(None), tf.name_scope(f"{name}_size"):
+            self._sizes = [table_ops.size(self.table)] + self.table.shard_sizes()
         self._restrict_policy = restrict.make_policy(restrict_policy, self)
         variables_of_graph()[name] = self
 
@@ -158,9 +167,37 @@ class Variable:
         return tf.cast(ids, tf.int64) if self.key_dtype == tf.int32 else ids
 
     def size(self, index=None, name=None):
-        """Rows in all shards, or in shard ``index``: an int64 scalar tensor."""
+        """Rows in all shards, or in shard ``index``: an int64 scalar tensor (in a finalized graph, the one built
+        with the Variable)."""
+        if tf.compat.v1.get_default_graph().finalized:
+            return self._sizes[0 if index is None else index + 1]
         with tf.name_scope(name or "size"):
-            return self.table.size() if index is None else self.table.shard_sizes()[index]
+            return table_ops.size(self.table) if index is None else self.table.shard_sizes()[index]
+
+    @property
+    def tables(self) -> list:
+        """One ``ShardTable`` per shard (TFRA's per-shard hash tables), e.g. for a Saver's ``var_list``."""
+        return list(self._tables)
+
+    def upsert(self, keys, values, name=None):
+        """Writes ``values`` (``keys.shape + [dim]``) as the rows of ``keys``."""
+        return variable_ops.upsert(self, keys, values, name)
+
+    def remove(self, keys, name=None):
+        """Removes ``keys`` (row, optimizer slots, records)."""
+        return variable_ops.remove(self, keys, name)
+
+    def clear(self, name=None):
+        """Removes every key."""
+        return variable_ops.clear(self, name)
+
+    def accum(self, keys, old_values, new_values, exists, name=None):
+        """Adds ``new_values - old_values`` where ``exists`` still holds, inserts ``new_values`` where the key is
+        still absent (TFRA's accum)."""
+        return variable_ops.accum(self, keys, old_values, new_values, exists, name)
+
+    def _gather_saveables_for_checkpoint(self):
+        return variable_ops.variable_saveables(self)
 
     def embedding_lookup(self, ids, name=None, max_norm=None, return_trainable=False):
         from ps_toolkit_compat.tfra import lookups
@@ -178,11 +215,8 @@ class Variable:
     def export(self, name=None):
         """(keys, values) of every row of every shard."""
         with tf.name_scope(name or "export"):
-            parts = [shard.rows.export() for shard in self.table.shards]
-            keys = tf.concat([part[0] for part in parts], 0)
-            if self.key_dtype == tf.int32:
-                keys = tf.cast(keys, tf.int32)
-            return keys, tf.concat([part[1] for part in parts], 0)
+            keys, values = table_ops.export(self.table)
+            return (tf.cast(keys, tf.int32) if self.key_dtype == tf.int32 else keys), values
 
     def restrict(self, num_reserved, **kwargs):
         """The op keeping ``num_reserved`` rows (``trigger=``: only when there are more than that); None without
@@ -193,7 +227,7 @@ class Variable:
         return self._restrict_policy.apply_restriction(num_reserved, **kwargs)
 
     def __getattr__(self, name):
-        if name.startswith("__"):
+        if name.startswith("_"):  # Trackable's lazily made private state, and Python's own
             raise AttributeError(name)
         raise errors.not_served_member("Variable", name)
 
