@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import tensorflow as tf
 
+from ps_toolkit.dynamic_embedding import keys
 from ps_toolkit.dynamic_embedding.apply import count_stat
 from ps_toolkit.dynamic_embedding.hash_tables import on_device
 from ps_toolkit.dynamic_embedding.table import STAT_EVICTED
@@ -31,14 +32,19 @@ class RestrictPolicy:
         self.params_in_slots = []
 
     def apply_update(self, ids):
-        raise refused.NotServedUseError(
-            f"{type(self).__name__}.apply_update: the tables count and time-stamp the ids of every training step "
-            "themselves (DynamicEmbeddingOptimizer)"
-        )
+        """The op recording ``ids`` as seen once more, at the current global step (training records its ids
+        itself; TFRA's optimizer called this)."""
+        table = self.var.table
+        flat = tf.unique(tf.reshape(self.var.table_ids(tf.convert_to_tensor(ids, self.var.key_dtype)), [-1]))[0]
+        if table.num_shards == 1:
+            return _record_shard(table.shards[0], flat)
+        parts = tf.dynamic_partition(flat, keys.shard_of(flat, table.num_shards), table.num_shards)
+        return tf.group(*[_record_shard(shard, part) for shard, part in zip(table.shards, parts, strict=True)])
 
     @property
     def status(self):
-        raise errors.not_served_member(type(self).__name__, "status")
+        """TFRA's status variable: ``size()`` (the ids recorded) and ``export()`` (ids, their score)."""
+        return PolicyStatus(self.var, self.SCORE_COLUMN)
 
     def apply_restriction(self, num_reserved, **kwargs):
         """The op restricting the variable to ``num_reserved`` rows when it holds more than ``trigger``."""
@@ -68,6 +74,42 @@ class FrequencyRestrictPolicy(RestrictPolicy):
     """Evicts the ids seen least often first."""
 
     SCORE_COLUMN = _COUNT
+
+
+class PolicyStatus:
+    """The ids a table records (seen-count and last-seen step per id), as TFRA's policy status variable."""
+
+    def __init__(self, var, score_column: int):
+        self.var, self.score_column = var, score_column
+        self.name = f"{var.name}/status"
+
+    def size(self, name=None) -> tf.Tensor:
+        with tf.name_scope(name or "status_size"):
+            return tf.add_n([shard.meta.size() for shard in self.var.table.shards])
+
+    def export(self, name=None) -> tuple[tf.Tensor, tf.Tensor]:
+        """(ids, score): the last-seen global step (Timestamp) or the seen-count (Frequency) of each id."""
+        with tf.name_scope(name or "status_export"):
+            parts = [shard.meta.export() for shard in self.var.table.shards]
+            ids = tf.concat([part[0] for part in parts], 0)
+            scores = tf.concat([part[1][:, self.score_column] for part in parts], 0)
+            return (tf.cast(ids, tf.int32) if self.var.key_dtype == tf.int32 else ids), scores
+
+
+def _record_shard(shard, ids) -> tf.Operation:
+    """On the shard's ps: each of ``ids`` seen once more, last at the global step (0 without one)."""
+    step = tf.compat.v1.train.get_global_step()
+    admit_after = shard.table.admit_after
+    with on_device(shard.device):
+        meta = shard.meta.find(ids)
+        count = meta[:, _COUNT] + 1
+        # An id admitted by this count gets its initial row first, as training admits it: it reads the same.
+        due = tf.logical_and(count >= admit_after, meta[:, _COUNT] < admit_after)
+        due_ids = tf.boolean_mask(ids, due)
+        admitted = shard.rows.insert(due_ids, shard.table.initial_rows(due_ids))
+        now = tf.fill(tf.shape(ids), tf.cast(step, tf.int64) if step is not None else tf.constant(0, tf.int64))
+        with tf.control_dependencies([admitted]):
+            return shard.meta.insert(ids, tf.stack([count, now], 1))
 
 
 def make_policy(policy_class, var):
