@@ -196,6 +196,17 @@ class Variable(trackable.Trackable):
         still absent (TFRA's accum)."""
         return variable_ops.accum(self, keys, old_values, new_values, exists, name)
 
+    def get_slot_variables(self, optimizer):
+        """The slot tables ``optimizer`` keeps for this Variable's TrainableWrappers (TFRA's list of slot variables)."""
+        if not isinstance(optimizer, tf.compat.v1.train.Optimizer):
+            raise errors.TfraTypeError(f"Expect an optimizer, but get {type(optimizer)}")
+        slots = [
+            optimizer.get_slot(wrapper, name)
+            for wrapper in self._trainable_store.values()
+            for name in optimizer.get_slot_names()
+        ]
+        return [slot.params for slot in slots if slot is not None]
+
     def _gather_saveables_for_checkpoint(self):
         return variable_ops.variable_saveables(self)
 
