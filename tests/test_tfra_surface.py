@@ -209,3 +209,18 @@ def test_table_ops_on_a_sharded_table():
         }
         session.run(table_ops.clear(table))
         assert session.run(table_ops.size(table)) == 0
+
+
+def test_an_upserted_row_starts_its_slots_at_their_initial_values(de):
+    with tf.Graph().as_default(), tf.compat.v1.Session() as session:
+        var = de.get_variable("seeded", dim=1, initializer=0.0)
+        session.run(var.upsert(_ids([3]), [[1.0]]))  # before the optimizer and its slots exist, as TFRA's tests do
+        rows, wrapper = de.embedding_lookup(var, _ids([3]), return_trainable=True)
+        optimizer = de.DynamicEmbeddingOptimizer(
+            tf.compat.v1.train.AdagradOptimizer(0.5, initial_accumulator_value=0.1)
+        )
+        train_op = optimizer.minimize(tf.reduce_sum(rows), var_list=[wrapper])
+        session.run(tf.compat.v1.global_variables_initializer())
+        session.run(train_op)
+        # TF's Adagrad: accumulator 0.1 + 1, row 1 - 0.5 / sqrt(1.1) (an accumulator from 0 would give 0.5).
+        assert np.allclose(session.run(var.lookup(_ids([3]))), [[1.0 - 0.5 / np.sqrt(1.1)]])

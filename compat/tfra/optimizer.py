@@ -21,7 +21,7 @@ import tensorflow as tf
 
 from ps_toolkit import dynamic_embedding as tables
 from ps_toolkit.base.errors import ConfigError
-from ps_toolkit_compat.tfra import lookups, variable
+from ps_toolkit_compat.tfra import lookups, upserted_slots, variable
 from ps_toolkit_compat.tfra.refused import NotServedUseError
 
 _SWAPPED = {}  # optimizer class -> its table-training subclass
@@ -52,7 +52,10 @@ class _TrainsTables:
             dense = []
         step = global_step if global_step is not None else tf.compat.v1.train.get_global_step()
         with tf.name_scope((name or self.get_name()) + "_tables"):
-            updates = tables.TableOptimizer(self).table_updates(table_pairs, step)
+            table_optimizer = tables.TableOptimizer(self)
+            fills = upserted_slots.slot_fills(table_optimizer.rule, table_pairs)
+            with tf.control_dependencies(fills):
+                updates = table_optimizer.table_updates(table_pairs, step)
         with tf.control_dependencies(updates):
             if dense:
                 return super().apply_gradients(dense, global_step=global_step, name=name)

@@ -13,7 +13,7 @@ from tensorflow.python.trackable import base as trackable
 
 from ps_toolkit import dynamic_embedding as tables
 from ps_toolkit.dynamic_embedding import table_ops
-from ps_toolkit_compat.tfra import errors
+from ps_toolkit_compat.tfra import errors, upserted_slots
 
 
 def _keys(variable, keys) -> tf.Tensor:
@@ -43,6 +43,7 @@ def upsert(variable, keys, values, name=None) -> tf.Operation:
     with tf.name_scope(name or "upsert"):
         keys = _keys(variable, keys)
         rows = _values(variable, values, keys)
+        upserted_slots.mark_upserted(variable.table)
         return table_ops.insert(variable.table, tf.reshape(keys, [-1]), rows)
 
 
@@ -73,6 +74,7 @@ def accum(variable, keys, old_values, new_values, exists, name=None) -> tf.Opera
         existed = tf.reshape(tf.convert_to_tensor(exists, tf.bool), [-1])
         current, present = lookup_with_exists(variable, keys)
         written = tf.equal(existed, present)
+        upserted_slots.mark_upserted(variable.table)
         rows = tf.where(existed[:, None], current + (new_rows - old_rows), new_rows)
         return table_ops.insert(variable.table, tf.boolean_mask(keys, written), tf.boolean_mask(rows, written))
 
