@@ -224,3 +224,12 @@ def test_an_upserted_row_starts_its_slots_at_their_initial_values(de):
         session.run(train_op)
         # TF's Adagrad: accumulator 0.1 + 1, row 1 - 0.5 / sqrt(1.1) (an accumulator from 0 would give 0.5).
         assert np.allclose(session.run(var.lookup(_ids([3]))), [[1.0 - 0.5 / np.sqrt(1.1)]])
+
+
+def test_int32_values_are_kept_exactly_and_read_back_as_int32(de):
+    with tf.Graph().as_default(), tf.compat.v1.Session() as session:
+        var = de.get_variable("ints", tf.int64, tf.int32, initializer=-1)
+        session.run(var.upsert(_ids([[0, 1], [2, 3]]), tf.constant([[[0], [1]], [[2], [2**31 - 1]]], tf.int32)))
+        rows = var.lookup(_ids([3, 1, 4]))
+        assert rows.dtype == tf.int32 and session.run(rows).tolist() == [[2**31 - 1], [1], [-1]]
+        assert var.trainable is False  # never trained, as TFRA could not train integer values

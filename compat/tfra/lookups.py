@@ -88,7 +88,7 @@ def embedding_lookup(
     ids = _ids(params, ids)
     scope = tf.compat.v1.get_variable_scope().name
     with tf.name_scope((f"{scope}/" if scope else "") + (name or "embedding_lookup") + "/"):
-        rows = _clipped(tables.lookup(params.table, params.table_ids(ids)), max_norm)
+        rows = _clipped(params.read_values(tables.lookup(params.table, params.table_ids(ids))), max_norm)
     return (rows, _wrapper(params, ids, name)) if return_trainable else rows
 
 
@@ -203,7 +203,7 @@ def read_rows(params: Variable, keys, return_exists=False, name=None) -> tf.Tens
         return variable_ops.lookup_with_exists(params, _ids(params, keys), name)
     keys = _ids(params, keys)
     with tf.name_scope(name or "lookup"):
-        return tables.lookup(params.table, params.table_ids(keys))
+        return params.read_values(tables.lookup(params.table, params.table_ids(keys)))
 
 
 def trainable_wrapper_filter(iterable_object_in, test_unaggregated_function=None):

@@ -32,6 +32,9 @@ TFRA_DTYPE_PAIRS = {
     tf.string: (tf.float32, tf.half, tf.bfloat16, tf.int32, tf.int8, tf.int64, tf.float64, tf.bool),
 }
 SERVED_VALUE_DTYPES = (tf.float32, tf.float64, tf.half, tf.bfloat16)
+# Integer values TFRA's tables held (never trained): kept exactly as float64 rows, read back as their own dtype.
+# int64 values are not among them: float64 holds them exactly only up to 2**53.
+STORED_AS_FLOAT64 = (tf.int32, tf.int8)
 
 
 def default_partition_fn(keys, shard_num):
@@ -67,10 +70,10 @@ def _check_dtypes(key_dtype, value_dtype) -> tuple[tf.DType, tf.DType]:
     if value_dtype not in TFRA_DTYPE_PAIRS.get(key_dtype, ()):
         valid = [[key.name, value.name] for key, values in TFRA_DTYPE_PAIRS.items() for value in values]
         raise errors.TfraTypeError(f"key-value dtype ({key_dtype.name}-{value_dtype.name}) is not support! {valid}")
-    if value_dtype not in SERVED_VALUE_DTYPES:
+    if value_dtype not in SERVED_VALUE_DTYPES + STORED_AS_FLOAT64:
         raise NotServedUseError(
             f"a dynamic_embedding.Variable of {value_dtype.name} values is not served: the tables hold "
-            "trainable float rows (float32, float64, float16, bfloat16)"
+            "float rows (float32, float64, float16, bfloat16; int32 and int8 values are kept as float64)"
         )
     return key_dtype, value_dtype
 
@@ -119,7 +122,10 @@ class Variable(trackable.Trackable):
         errors.require_graph_mode("dynamic_embedding.Variable")
         self.key_dtype, self.value_dtype = _check_dtypes(key_dtype, value_dtype)
         _check_creator(kv_creator)
-        self.dim, self.name, self.trainable = dim, name, trainable
+        self.dim, self.name = dim, name
+        # Integer values are never trained (TFRA could not train them either).
+        self.trainable = trainable and self.value_dtype not in STORED_AS_FLOAT64
+        self.table_value_dtype = tf.float64 if self.value_dtype in STORED_AS_FLOAT64 else self.value_dtype
         self.partition_fn, self.shared_name = partitioner, shared_name or f"shared_name.{name}"
         self.checkpoint, self.init_size, self.bp_v2 = checkpoint, int(init_size), bp_v2
         self.short_file_name = short_file_name
@@ -134,7 +140,7 @@ class Variable(trackable.Trackable):
                     name,
                     dim,
                     key_dtype=table_key_dtype,
-                    value_dtype=self.value_dtype,
+                    value_dtype=self.table_value_dtype,
                     initializer=initializers.rows_for(initializer, dim, name),
                     devices=_devices_list(devices),
                 )
@@ -161,6 +167,10 @@ class Variable(trackable.Trackable):
         if not isinstance(name, str):
             raise TypeError("name should be a string")
         return self._trainable_store.get(name)
+
+    def read_values(self, rows: tf.Tensor) -> tf.Tensor:
+        """Rows read from the table as the Variable's value dtype (integer values are kept as float64)."""
+        return rows if rows.dtype == self.value_dtype else tf.cast(rows, self.value_dtype)
 
     def table_ids(self, ids: tf.Tensor) -> tf.Tensor:
         """``ids`` as the table takes them (int32 keys are kept as int64)."""
@@ -227,7 +237,7 @@ class Variable(trackable.Trackable):
         """(keys, values) of every row of every shard."""
         with tf.name_scope(name or "export"):
             keys, values = table_ops.export(self.table)
-            return (tf.cast(keys, tf.int32) if self.key_dtype == tf.int32 else keys), values
+            return (tf.cast(keys, tf.int32) if self.key_dtype == tf.int32 else keys), self.read_values(values)
 
     def restrict(self, num_reserved, **kwargs):
         """The op keeping ``num_reserved`` rows (``trigger=``: only when there are more than that); None without

@@ -35,7 +35,7 @@ def _values(variable, values, keys: tf.Tensor) -> tf.Tensor:
     expected = keys.shape.concatenate([variable.dim])
     if not values.shape.is_compatible_with(expected):
         raise errors.TfraValueError(f"Expected shape {expected} for values, got {values.shape}")
-    return tf.reshape(values, [-1, variable.dim])
+    return tf.cast(tf.reshape(values, [-1, variable.dim]), variable.table_value_dtype)
 
 
 def upsert(variable, keys, values, name=None) -> tf.Operation:
@@ -61,7 +61,8 @@ def lookup_with_exists(variable, keys, name=None) -> tuple[tf.Tensor, tf.Tensor]
     """(rows, exists): the rows of ``keys`` (initial rows where absent) and whether each key has a row."""
     with tf.name_scope(name or "lookup"):
         keys = _keys(variable, keys)
-        return tables.lookup(variable.table, keys), table_ops.contains(variable.table, keys)
+        rows = variable.read_values(tables.lookup(variable.table, keys))
+        return rows, table_ops.contains(variable.table, keys)
 
 
 def accum(variable, keys, old_values, new_values, exists, name=None) -> tf.Operation:
@@ -72,7 +73,8 @@ def accum(variable, keys, old_values, new_values, exists, name=None) -> tf.Opera
         old_rows = _values(variable, old_values, keys)
         new_rows = _values(variable, new_values, keys)
         existed = tf.reshape(tf.convert_to_tensor(exists, tf.bool), [-1])
-        current, present = lookup_with_exists(variable, keys)
+        current = tables.lookup(variable.table, keys)
+        present = table_ops.contains(variable.table, keys)
         written = tf.equal(existed, present)
         upserted_slots.mark_upserted(variable.table)
         rows = tf.where(existed[:, None], current + (new_rows - old_rows), new_rows)
@@ -105,7 +107,8 @@ class ShardTable(trackable.Trackable):
     def export(self, name=None) -> tuple[tf.Tensor, tf.Tensor]:
         with tf.name_scope(name or "export"):
             ids, rows = self._shard.rows.export()
-            return (tf.cast(ids, tf.int32) if self._variable.key_dtype == tf.int32 else ids), rows
+            ids = tf.cast(ids, tf.int32) if self._variable.key_dtype == tf.int32 else ids
+            return ids, self._variable.read_values(rows)
 
     def _gather_saveables_for_checkpoint(self):
         return {saveable.name: saveable for saveable in component_saveables(self._shard)}
