@@ -5,8 +5,10 @@ initializers become a pure function of the id (ps_toolkit's InitialRows), so
 an id reads the same row on every worker and in the exported model: normal
 (``RandomNormal``, ``random_normal_initializer``), truncated normal, uniform,
 zeros, ones and constants keep their parameters. Any other initializer
-(Glorot, VarianceScaling, ...) is called per lookup with shape [ids, dim], as
-TFRA did; its rows are then random per lookup, not per id.
+(VarianceScaling, ...) is called per lookup with shape [ids, dim], as TFRA did;
+its rows are then random per lookup, not per id. One that needs a static shape
+(Glorot, He: their scale comes from ``len(shape)``) gives, as in TFRA, one row
+of shape [dim] per lookup for all its ids.
 """
 
 from __future__ import annotations
@@ -65,7 +67,13 @@ class CalledRows(InitialRows):
     initializer: object = None
 
     def rows(self, ids: tf.Tensor, dim: int, dtype: tf.DType) -> tf.Tensor:
-        return tf.cast(self.initializer(tf.stack([tf.size(ids), dim]), dtype=dtype), dtype)
+        try:
+            return tf.cast(self.initializer(tf.stack([tf.size(ids), dim]), dtype=dtype), dtype)
+        except (TypeError, ValueError):
+            # One whose scale needs a static shape (Glorot, He, VarianceScaling: fans from len(shape)): as TFRA
+            # fell back to, one row of [dim] drawn per lookup, read by every id of that lookup.
+            row = tf.cast(self.initializer([dim], dtype=dtype), dtype)
+            return tf.tile(row[None, :], tf.stack([tf.size(ids), 1]))
 
 
 def _constant_rows(value: float) -> ShiftedRows:

@@ -3,7 +3,8 @@
     from ps_toolkit_compat.tfra import install
     install.install()        # before the script's ``import tensorflow_recommenders_addons as tfra``
 
-The package and its ``dynamic_embedding`` module are built on first import, by a
+The package, its ``dynamic_embedding`` module and the private module paths TFRA's
+code imports from (``private_modules``) are built on first import, by a
 finder placed first on ``sys.meta_path`` (so an installed TFRA, whose C++ ops are
 built for TensorFlow 2.16 only, is not loaded instead). Importing any other module
 below the package is one line naming it (``refused.NotServedModuleError``).
@@ -61,13 +62,14 @@ def _real_tensorflow():
 
 
 def build() -> dict[str, types.ModuleType]:
-    """The two served modules by name. Imports the adapter and the tables only now, against TensorFlow 2's API."""
+    """The served modules by name. Imports the adapter and the tables only now, against TensorFlow 2's API."""
     with _real_tensorflow():
-        from ps_toolkit_compat.tfra import checkpoint_import, surface
+        from ps_toolkit_compat.tfra import checkpoint_import, private_modules, surface
 
         checkpoint_import.install()  # a TFRA model_dir's checkpoints restore into the tables
 
-    dynamic_embedding = Namespace(DYNAMIC_EMBEDDING, surface.members())
+    public = surface.members()
+    dynamic_embedding = Namespace(DYNAMIC_EMBEDDING, public)
     package = Namespace(
         PACKAGE,
         {
@@ -77,7 +79,10 @@ def build() -> dict[str, types.ModuleType]:
             "register_all": register_all,
         },
     )
-    return {PACKAGE: package, DYNAMIC_EMBEDDING: dynamic_embedding}
+    modules = {PACKAGE: package, DYNAMIC_EMBEDDING: dynamic_embedding}
+    for name, members in private_modules.members_by_module(public).items():
+        modules[f"{PACKAGE}.{name}"] = Namespace(f"{PACKAGE}.{name}", members)
+    return modules
 
 
 class _Loader(importlib.abc.Loader):
@@ -92,7 +97,7 @@ class _Loader(importlib.abc.Loader):
 
 
 class TfraFinder(importlib.abc.MetaPathFinder):
-    """Serves the package and ``dynamic_embedding``; refuses every other module below the package."""
+    """Serves the package, ``dynamic_embedding`` and the private modules of ``private_modules``; refuses the rest."""
 
     def __init__(self):
         self._modules: dict | None = None
@@ -100,10 +105,10 @@ class TfraFinder(importlib.abc.MetaPathFinder):
     def find_spec(self, fullname, path=None, target=None):
         if fullname != PACKAGE and not fullname.startswith(PACKAGE + "."):
             return None
-        if fullname not in (PACKAGE, DYNAMIC_EMBEDDING):
-            raise refused.NotServedModuleError(fullname[len(PACKAGE) + 1 :])
         if self._modules is None:
             self._modules = build()
+        if fullname not in self._modules:
+            raise refused.NotServedModuleError(fullname[len(PACKAGE) + 1 :])
         return importlib.machinery.ModuleSpec(fullname, _Loader(self._modules), is_package=True)
 
 

@@ -13,8 +13,7 @@ from __future__ import annotations
 import tensorflow as tf
 
 from ps_toolkit import dynamic_embedding as tables
-from ps_toolkit_compat.tfra import errors, modes
-from ps_toolkit_compat.tfra.refused import NotServedUseError
+from ps_toolkit_compat.tfra import errors, modes, variable_ops
 from ps_toolkit_compat.tfra.variable import Variable
 
 COMBINERS = ("mean", "sqrtn", "sum")
@@ -32,6 +31,18 @@ class TrainableWrapper:
 
     def size(self):
         return self.params.size()
+
+    @property
+    def device(self) -> str:
+        """Where the lookup ran (TFRA's wrapper variable lived with the lookup, not on the ps)."""
+        return self.ids.device
+
+    def update_op(self, v0=None):
+        """TFRA wrote the wrapper's trained rows back to the table; here training writes the table itself, so
+        there is nothing left to write: a no-op (``v0``, rows to write instead, upserts them)."""
+        if v0 is None:
+            return tf.no_op(name="update_op")
+        return self.params.upsert(self.ids, v0)
 
     def __repr__(self):
         return f"<dynamic_embedding.TrainableWrapper {self.name!r} of {self.params.name!r}>"
@@ -77,7 +88,7 @@ def embedding_lookup(
     ids = _ids(params, ids)
     scope = tf.compat.v1.get_variable_scope().name
     with tf.name_scope((f"{scope}/" if scope else "") + (name or "embedding_lookup") + "/"):
-        rows = _clipped(tables.lookup(params.table, params.table_ids(ids)), max_norm)
+        rows = _clipped(params.read_values(tables.lookup(params.table, params.table_ids(ids))), max_norm)
     return (rows, _wrapper(params, ids, name)) if return_trainable else rows
 
 
@@ -189,10 +200,10 @@ def safe_embedding_lookup_sparse(
 def read_rows(params: Variable, keys, return_exists=False, name=None) -> tf.Tensor:
     """``Variable.lookup``: the rows of ``keys``; never inserts."""
     if return_exists:
-        raise NotServedUseError("dynamic_embedding.Variable.lookup(return_exists=True) is not served")
+        return variable_ops.lookup_with_exists(params, _ids(params, keys), name)
     keys = _ids(params, keys)
     with tf.name_scope(name or "lookup"):
-        return tables.lookup(params.table, params.table_ids(keys))
+        return params.read_values(tables.lookup(params.table, params.table_ids(keys)))
 
 
 def trainable_wrapper_filter(iterable_object_in, test_unaggregated_function=None):

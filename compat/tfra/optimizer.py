@@ -31,6 +31,8 @@ class _TrainsTables:
     """Mixed in before the optimizer's own class (see ``DynamicEmbeddingOptimizer``)."""
 
     def compute_gradients(self, loss, var_list=None, **kwargs):
+        if callable(loss):  # minimize(callable): in graph mode the loss is built once, here
+            loss = loss()
         wrapped = None if var_list is None else [v for v in var_list if isinstance(v, lookups.TrainableWrapper)]
         variables = None if var_list is None else [v for v in var_list if not isinstance(v, lookups.TrainableWrapper)]
         dense = []
@@ -44,6 +46,10 @@ class _TrainsTables:
         grads_and_vars = list(grads_and_vars)
         table_pairs = [(g, v) for g, v in grads_and_vars if tables.is_table_rows(v) and g is not None]
         dense = [(g, v) for g, v in grads_and_vars if not tables.is_table_rows(v)]
+        if table_pairs and all(g is None for g, _ in dense):
+            # The loss reads only tables (an unrelated variable is in the graph): TFRA trained the tables; TF's own
+            # apply_gradients would refuse "No gradients provided" for the variables.
+            dense = []
         step = global_step if global_step is not None else tf.compat.v1.train.get_global_step()
         table_optimizer = tables.TableOptimizer(self)
         context = table_optimizer.begin_step([v for g, v in dense if g is not None], table_pairs)
@@ -56,6 +62,52 @@ class _TrainsTables:
             if global_step is not None:
                 finished.append(tf.compat.v1.assign_add(global_step, 1).op)
             return tf.group(*updates, *finished)
+
+    def get_slot(self, var, name):
+        """A TrainableWrapper's slot ``name`` (TF's slot names) as TFRA's slot wrapper: ``.params`` is the slot's
+        table (``size()``, ``export()``); any other variable's slot is TF's own."""
+        if not isinstance(var, lookups.TrainableWrapper):
+            return super().get_slot(var, name)
+        rule = tables.TableOptimizer(self).rule
+        slot = {tf_name: own for own, tf_name in _TF_SLOT_NAMES.get(rule.name, {}).items()}.get(name, name)
+        if slot not in rule.slots:
+            return None
+        return SlotWrapper(SlotTable(var.params, slot), var.ids)
+
+    def get_slot_names(self):
+        """TF's slot names of the variables, and those of the slots the tables keep (in TF's names)."""
+        rule = tables.TableOptimizer(self).rule
+        table_slots = [_TF_SLOT_NAMES.get(rule.name, {}).get(name, name) for name in rule.slots]
+        return sorted(set(super().get_slot_names()) | set(table_slots))
+
+
+# Row rule -> {the table's slot name: TF's}, where TF's optimizer names its slot otherwise.
+_TF_SLOT_NAMES = {"ftrl": {"accumulator": "accum"}}
+
+
+class SlotTable:
+    """One optimizer slot of a Variable's table, on every shard: TFRA's slot variable (``size``, ``export``)."""
+
+    def __init__(self, params, slot: str):
+        self.params, self.slot = params, slot
+        self.name = f"{params.name}/{slot}"
+
+    def size(self, name=None):
+        with tf.name_scope(name or "slot_size"):
+            ids, _ = self.export()
+            return tf.size(ids, out_type=tf.int64)
+
+    def export(self, name=None):
+        with tf.name_scope(name or "slot_export"):
+            self.params.table.shards[0].slot(self.slot)  # made now if the optimizer has not applied yet
+            return tables.table_ops.export_component(self.params.table, f"slot_{self.slot}")
+
+
+class SlotWrapper:
+    """What TFRA's ``get_slot(trainable_wrapper, name)`` returned: ``.params`` is the slot's table."""
+
+    def __init__(self, params: SlotTable, ids):
+        self.params, self.ids, self.name = params, ids, params.name
 
 
 def _trained_table_names(wrappers) -> set:

@@ -42,14 +42,21 @@ NOT_SERVED = {
     "dynamic_embedding.create_slots": "TFRA's internal slot builder; the optimizer wrapper makes the slots",
     "dynamic_embedding.patch_on_tf": "TFRA's patches of TensorFlow internals; nothing needs patching here",
     "dynamic_embedding.patch_on_tf_save_restore": "TFRA's patches of TensorFlow internals; nothing needs patching",
-    "dynamic_embedding.python": "TFRA's private modules; use the public dynamic_embedding names",
+    "dynamic_embedding.python": "a TFRA private module or name the compat layer does not serve (see docs/tfra.md)",
+    "dynamic_embedding.python.keras": _KERAS,
+    "dynamic_embedding.python.train": "TFRA's Horovod and Keras checkpoint helpers; use tf.train.Saver",
 }
-DEFAULT_REASON = "not part of the TFRA surface the compat layer serves (see docs/dynamic_embedding.md)"
+DEFAULT_REASON = "not part of the TFRA surface the compat layer serves (see docs/tfra.md)"
+_PRIVATE_OPS = "dynamic_embedding.python.ops."
 
 
 def reason_for(name: str) -> str:
     """Why ``name`` (dotted, below the package) is not served: its entry or its closest parent's."""
     parts = name.split(".")
+    if name.startswith(_PRIVATE_OPS) and len(parts) > 4:  # a refused public name where TFRA defined it
+        found = NOT_SERVED.get(f"dynamic_embedding.{parts[-1]}")
+        if found:
+            return found
     for end in range(len(parts), 0, -1):
         found = NOT_SERVED.get(".".join(parts[:end]))
         if found:

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import tensorflow as tf
 
-from ps_toolkit.dynamic_embedding import eviction, shard_records
+from ps_toolkit.dynamic_embedding import eviction, keys, shard_records, table_ops
 from ps_toolkit.dynamic_embedding.hash_tables import on_device
 from ps_toolkit_compat.tfra import errors, refused
 
@@ -30,14 +30,23 @@ class RestrictPolicy:
         self.params_in_slots = []
 
     def apply_update(self, ids):
-        raise refused.NotServedUseError(
-            f"{type(self).__name__}.apply_update: the tables count and time-stamp the ids of every training step "
-            "themselves (DynamicEmbeddingOptimizer)"
+        """The op recording ``ids`` as seen once more, at the current global step (training records its ids
+        itself; TFRA's optimizer called this)."""
+        table = self.var.table
+        flat = tf.unique(tf.reshape(self.var.table_ids(tf.convert_to_tensor(ids, self.var.key_dtype)), [-1]))[0]
+        hashes = keys.hash64(flat)
+        shard_index = keys.shard_of_bucket(keys.save_bucket(hashes), table.num_shards)
+        parts = zip(
+            tf.dynamic_partition(flat, shard_index, table.num_shards),
+            tf.dynamic_partition(hashes, shard_index, table.num_shards),
+            strict=True,
         )
+        return tf.group(*[_record_shard(table, shard, *part) for shard, part in zip(table.shards, parts, strict=True)])
 
     @property
     def status(self):
-        raise errors.not_served_member(type(self).__name__, "status")
+        """TFRA's status variable: ``size()`` (the ids recorded) and ``export()`` (ids, their score)."""
+        return PolicyStatus(self.var, self.SCORE_COLUMN)
 
     def apply_restriction(self, num_reserved, **kwargs):
         """The op restricting the variable to ``num_reserved`` rows when it holds more than ``trigger``."""
@@ -67,6 +76,42 @@ class FrequencyRestrictPolicy(RestrictPolicy):
     """Evicts the ids seen least often first."""
 
     SCORE_COLUMN = _COUNT
+
+
+class PolicyStatus:
+    """The ids a table records (seen-count and last-seen step per id), as TFRA's policy status variable."""
+
+    def __init__(self, var, score_column: int):
+        self.var, self.score_column = var, score_column
+        self.name = f"{var.name}/status"
+
+    def size(self, name=None) -> tf.Tensor:
+        with tf.name_scope(name or "status_size"):
+            ids, _ = self.export()
+            return tf.size(ids, out_type=tf.int64)
+
+    def export(self, name=None) -> tuple[tf.Tensor, tf.Tensor]:
+        """(ids, score): the last-seen global step (Timestamp) or the seen-count (Frequency) of each id."""
+        with tf.name_scope(name or "status_export"):
+            ids, meta = table_ops.export_component(self.var.table, "meta")
+            scores = meta[:, self.score_column]
+            return (tf.cast(ids, tf.int32) if self.var.key_dtype == tf.int32 else ids), scores
+
+
+def _record_shard(table, shard, ids, hashes) -> tf.Operation:
+    """On the shard's ps: each of ``ids`` seen once more, last at the global step (0 without one)."""
+    step = tf.compat.v1.train.get_global_step()
+    admit_after = table.admit_after
+    with on_device(shard.device):
+        stored = keys.stored_keys(table.key_dtype, table.tag, ids, hashes)
+        meta = shard.meta.find(stored)
+        count = meta[:, _COUNT] + 1
+        # An id admitted by this count gets its initial row first, as training admits it: it reads the same.
+        due = tf.logical_and(count >= admit_after, meta[:, _COUNT] < admit_after)
+        admitted = shard.rows.insert(tf.boolean_mask(stored, due), table.initial_rows(tf.boolean_mask(ids, due)))
+        now = tf.fill(tf.shape(ids), tf.cast(step, tf.int64) if step is not None else tf.constant(0, tf.int64))
+        with tf.control_dependencies([admitted]):
+            return shard.meta.insert(stored, tf.stack([count, now], 1))
 
 
 def make_policy(policy_class, var):

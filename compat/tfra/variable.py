@@ -15,9 +15,11 @@ from __future__ import annotations
 import weakref
 
 import tensorflow as tf
+from tensorflow.python.trackable import base as trackable
 
 from ps_toolkit import dynamic_embedding as tables
-from ps_toolkit_compat.tfra import arguments, errors, initializers, refused, restrict
+from ps_toolkit.dynamic_embedding import table_ops
+from ps_toolkit_compat.tfra import arguments, errors, initializers, refused, restrict, variable_ops
 from ps_toolkit_compat.tfra.refused import NotServedUseError
 
 # graph -> {name: Variable}. Not a graph collection: an exported MetaGraph would list the names as
@@ -30,6 +32,9 @@ TFRA_DTYPE_PAIRS = {
     tf.string: (tf.float32, tf.half, tf.bfloat16, tf.int32, tf.int8, tf.int64, tf.float64, tf.bool),
 }
 SERVED_VALUE_DTYPES = (tf.float32, tf.float64, tf.half, tf.bfloat16)
+# Integer values TFRA's tables held (never trained): kept exactly as float64 rows, read back as their own dtype.
+# int64 values are not among them: float64 holds them exactly only up to 2**53.
+STORED_AS_FLOAT64 = (tf.int32, tf.int8)
 
 
 def default_partition_fn(keys, shard_num):
@@ -65,10 +70,10 @@ def _check_dtypes(key_dtype, value_dtype) -> tuple[tf.DType, tf.DType]:
     if value_dtype not in TFRA_DTYPE_PAIRS.get(key_dtype, ()):
         valid = [[key.name, value.name] for key, values in TFRA_DTYPE_PAIRS.items() for value in values]
         raise errors.TfraTypeError(f"key-value dtype ({key_dtype.name}-{value_dtype.name}) is not support! {valid}")
-    if value_dtype not in SERVED_VALUE_DTYPES:
+    if value_dtype not in SERVED_VALUE_DTYPES + STORED_AS_FLOAT64:
         raise NotServedUseError(
             f"a dynamic_embedding.Variable of {value_dtype.name} values is not served: the tables hold "
-            "trainable float rows (float32, float64, float16, bfloat16)"
+            "float rows (float32, float64, float16, bfloat16; int32 and int8 values are kept as float64)"
         )
     return key_dtype, value_dtype
 
@@ -86,8 +91,10 @@ def _devices_list(devices):
     return list(devices) if isinstance(devices, (list, tuple)) else [devices]
 
 
-class Variable:
+class Variable(trackable.Trackable):
     """A TFRA dynamic embedding variable over one ps_toolkit dynamic table (``self.table``).
+
+    A Trackable, so ``tf.compat.v1.train.Saver(var_list=[..., variable])`` saves its table.
 
     Example (TF1 graph mode, as in TFRA):
         users = de.get_variable("user", dim=8, devices=["/job:ps/task:0", "/job:ps/task:1"])
@@ -115,7 +122,10 @@ class Variable:
         errors.require_graph_mode("dynamic_embedding.Variable")
         self.key_dtype, self.value_dtype = _check_dtypes(key_dtype, value_dtype)
         _check_creator(kv_creator)
-        self.dim, self.name, self.trainable = dim, name, trainable
+        self.dim, self.name = dim, name
+        # Integer values are never trained (TFRA could not train them either).
+        self.trainable = trainable and self.value_dtype not in STORED_AS_FLOAT64
+        self.table_value_dtype = tf.float64 if self.value_dtype in STORED_AS_FLOAT64 else self.value_dtype
         self.partition_fn, self.shared_name = partitioner, shared_name or f"shared_name.{name}"
         self.checkpoint, self.init_size, self.bp_v2 = checkpoint, arguments.checked_init_size(init_size, name), bp_v2
         self.short_file_name = short_file_name
@@ -130,13 +140,18 @@ class Variable:
                     name,
                     dim,
                     key_dtype=table_key_dtype,
-                    value_dtype=self.value_dtype,
+                    value_dtype=self.table_value_dtype,
                     initializer=initializers.rows_for(initializer, dim, name),
                     devices=_devices_list(devices),
                 )
             )
         self.devices = [device or "" for device in self.table.devices]
         self.shard_num = self.table.num_shards
+        self._tables = [variable_ops.ShardTable(self, index) for index in range(self.shard_num)]
+        # Built now, outside any control dependency: size() called once the graph is finalized (a
+        # MonitoredTrainingSession's) returns these instead of building new ops.
+        with tf.control_dependencies(None), tf.name_scope(f"{name}_size"):
+            self._sizes = [table_ops.size(self.table)] + self.table.shard_sizes()
         self._restrict_policy = restrict.make_policy(restrict_policy, self)
         variables_of_graph()[name] = self
 
@@ -153,14 +168,57 @@ class Variable:
             raise TypeError("name should be a string")
         return self._trainable_store.get(name)
 
+    def read_values(self, rows: tf.Tensor) -> tf.Tensor:
+        """Rows read from the table as the Variable's value dtype (integer values are kept as float64)."""
+        return rows if rows.dtype == self.value_dtype else tf.cast(rows, self.value_dtype)
+
     def table_ids(self, ids: tf.Tensor) -> tf.Tensor:
         """``ids`` as the table takes them (int32 keys are kept as int64)."""
         return tf.cast(ids, tf.int64) if self.key_dtype == tf.int32 else ids
 
     def size(self, index=None, name=None):
-        """Rows in all shards, or in shard ``index``: an int64 scalar tensor."""
+        """Rows in all shards, or in shard ``index``: an int64 scalar tensor (in a finalized graph, the one built
+        with the Variable)."""
+        if tf.compat.v1.get_default_graph().finalized:
+            return self._sizes[0 if index is None else index + 1]
         with tf.name_scope(name or "size"):
-            return self.table.size() if index is None else self.table.shard_sizes()[index]
+            return table_ops.size(self.table) if index is None else self.table.shard_sizes()[index]
+
+    @property
+    def tables(self) -> list:
+        """One ``ShardTable`` per shard (TFRA's per-shard hash tables), e.g. for a Saver's ``var_list``."""
+        return list(self._tables)
+
+    def upsert(self, keys, values, name=None):
+        """Writes ``values`` (``keys.shape + [dim]``) as the rows of ``keys``."""
+        return variable_ops.upsert(self, keys, values, name)
+
+    def remove(self, keys, name=None):
+        """Removes ``keys`` (row, optimizer slots, records)."""
+        return variable_ops.remove(self, keys, name)
+
+    def clear(self, name=None):
+        """Removes every key."""
+        return variable_ops.clear(self, name)
+
+    def accum(self, keys, old_values, new_values, exists, name=None):
+        """Adds ``new_values - old_values`` where ``exists`` still holds, inserts ``new_values`` where the key is
+        still absent (TFRA's accum)."""
+        return variable_ops.accum(self, keys, old_values, new_values, exists, name)
+
+    def get_slot_variables(self, optimizer):
+        """The slot tables ``optimizer`` keeps for this Variable's TrainableWrappers (TFRA's list of slot variables)."""
+        if not isinstance(optimizer, tf.compat.v1.train.Optimizer):
+            raise errors.TfraTypeError(f"Expect an optimizer, but get {type(optimizer)}")
+        slots = [
+            optimizer.get_slot(wrapper, name)
+            for wrapper in self._trainable_store.values()
+            for name in optimizer.get_slot_names()
+        ]
+        return [slot.params for slot in slots if slot is not None]
+
+    def _gather_saveables_for_checkpoint(self):
+        return variable_ops.variable_saveables(self)
 
     def embedding_lookup(self, ids, name=None, max_norm=None, return_trainable=False):
         from ps_toolkit_compat.tfra import lookups
@@ -178,10 +236,8 @@ class Variable:
     def export(self, name=None):
         """(keys, values) of every row of every shard."""
         with tf.name_scope(name or "export"):
-            keys, values = tables.table_ops.export(self.table)
-            if self.key_dtype == tf.int32:
-                keys = tf.cast(keys, tf.int32)
-            return keys, values
+            keys, values = table_ops.export(self.table)
+            return (tf.cast(keys, tf.int32) if self.key_dtype == tf.int32 else keys), self.read_values(values)
 
     def restrict(self, num_reserved, **kwargs):
         """The op keeping ``num_reserved`` rows (``trigger=``: only when there are more than that); None without
@@ -192,7 +248,7 @@ class Variable:
         return self._restrict_policy.apply_restriction(num_reserved, **kwargs)
 
     def __getattr__(self, name):
-        if name.startswith("__"):
+        if name.startswith("_"):  # Trackable's lazily made private state, and Python's own
             raise AttributeError(name)
         raise errors.not_served_member("Variable", name)
 

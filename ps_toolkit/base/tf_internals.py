@@ -213,6 +213,34 @@ _OPTIMIZER_FIELDS = (
             "centered": "_centered",
         },
     ),
+    (f"{_TRAIN}.adadelta.AdadeltaOptimizer", {"learning_rate": "_lr", "rho": "_rho", "epsilon": "_epsilon"}),
+    (
+        f"{_TRAIN}.adagrad_da.AdagradDAOptimizer",
+        {
+            "learning_rate": "_learning_rate",
+            "initial_accumulator_value": "_initial_gradient_squared_accumulator_value",
+            "l1": "_l1_regularization_strength",
+            "l2": "_l2_regularization_strength",
+            "global_step": "_global_step",
+        },
+    ),
+    (
+        f"{_TRAIN}.proximal_adagrad.ProximalAdagradOptimizer",
+        {
+            "learning_rate": "_learning_rate",
+            "initial_accumulator_value": "_initial_accumulator_value",
+            "l1": "_l1_regularization_strength",
+            "l2": "_l2_regularization_strength",
+        },
+    ),
+    (
+        f"{_TRAIN}.proximal_gradient_descent.ProximalGradientDescentOptimizer",
+        {
+            "learning_rate": "_learning_rate",
+            "l1": "_l1_regularization_strength",
+            "l2": "_l2_regularization_strength",
+        },
+    ),
 )
 for _owner, _fields in _OPTIMIZER_FIELDS:
     for _attribute in _fields.values():

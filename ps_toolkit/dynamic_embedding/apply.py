@@ -127,7 +127,12 @@ def apply_shard(shard: GroupShard, rule: RowRule, update: ShardUpdate, step, con
         )
         rows = tf.tensor_scatter_nd_update(found, missing, initial)
         slots = {
-            name: tf.where(existed[:, None], slot_tables[name].find(stored), tf.cast(initial_value, key.value_dtype))
+            # A row without its slot (written by table_ops.insert, TFRA's upsert) starts the slot at its initial value.
+            name: tf.where(
+                existed[:, None],
+                slot_tables[name].find(stored, default=initial_value),
+                tf.cast(initial_value, key.value_dtype),
+            )
             for name, initial_value in rule.slots.items()
         }
         new_rows, new_slots = rule.update(rows, slots, grads, step, context)

@@ -84,10 +84,14 @@ class HashTable:
             name=name,
         )
 
-    def find(self, stored: tf.Tensor) -> tf.Tensor:
-        """The values of ``stored`` keys, [n, width]; ``default`` for the absent."""
+    def find(self, stored: tf.Tensor, default=None) -> tf.Tensor:
+        """The values of ``stored`` keys, [n, width]; ``default`` (the table's unless given) for the absent."""
         with on_device(self.device):
-            values = tf.raw_ops.LookupTableFindV2(table_handle=self.handle, keys=stored, default_value=self._default)
+            if default is None:
+                default = self._default
+            else:
+                default = tf.broadcast_to(tf.cast(default, self.value_dtype), [self.width])
+            values = tf.raw_ops.LookupTableFindV2(table_handle=self.handle, keys=stored, default_value=default)
             return tf.ensure_shape(values, [None, self.width])
 
     def insert(self, stored: tf.Tensor, values: tf.Tensor) -> tf.Operation:

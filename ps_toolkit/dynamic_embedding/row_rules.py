@@ -17,7 +17,10 @@ import tensorflow as tf
 from ps_toolkit.base import tf_internals
 from ps_toolkit.base.errors import ConfigError
 
-SUPPORTED = "GradientDescent, Momentum, Adagrad, Adam, Ftrl, RMSProp (tf.compat.v1.train)"
+SUPPORTED = (
+    "GradientDescent, Momentum, Adagrad, Adam, Ftrl, RMSProp, Adadelta, AdagradDA, ProximalAdagrad, "
+    "ProximalGradientDescent (tf.compat.v1.train)"
+)
 
 
 def _no_context(anchor) -> dict:
@@ -159,10 +162,67 @@ def _rmsprop(hyper) -> RowRule:
     return RowRule("rmsprop", slots, update)
 
 
+def _adadelta(hyper) -> RowRule:
+    def update(rows, slots, grads, step, context):
+        dtype = rows.dtype
+        lr, rho, epsilon = (_value(hyper[k], dtype) for k in ("learning_rate", "rho", "epsilon"))
+        accum = rho * slots["accum"] + (1 - rho) * grads * grads
+        change = tf.sqrt(slots["accum_update"] + epsilon) * tf.math.rsqrt(accum + epsilon) * grads
+        accum_update = rho * slots["accum_update"] + (1 - rho) * change * change
+        return rows - lr * change, {"accum": accum, "accum_update": accum_update}
+
+    return RowRule("adadelta", {"accum": 0.0, "accum_update": 0.0}, update)
+
+
+def _shrunk(values, threshold):
+    """``sign(values) * max(|values| - threshold, 0)``: the l1 proximal step (``values`` itself at l1 = 0)."""
+    return tf.sign(values) * tf.maximum(tf.abs(values) - threshold, 0)
+
+
+def _adagrad_da(hyper) -> RowRule:
+    def update(rows, slots, grads, step, context):
+        dtype = rows.dtype
+        lr, l1, l2 = (_value(hyper[k], dtype) for k in ("learning_rate", "l1", "l2"))
+        # TF's AdagradDA counts by its own global_step argument, read before the step's increment, plus one.
+        global_step = tf.cast(tf.convert_to_tensor(hyper["global_step"]) + 1, dtype)
+        accum = slots["gradient_accumulator"] + grads
+        squared = slots["gradient_squared_accumulator"] + grads * grads
+        new_rows = -lr * _shrunk(accum, l1 * global_step) / (l2 * global_step * lr + tf.sqrt(squared))
+        return new_rows, {"gradient_accumulator": accum, "gradient_squared_accumulator": squared}
+
+    initial = {"gradient_accumulator": 0.0, "gradient_squared_accumulator": float(hyper["initial_accumulator_value"])}
+    return RowRule("adagrad_da", initial, update)
+
+
+def _proximal_adagrad(hyper) -> RowRule:
+    def update(rows, slots, grads, step, context):
+        dtype = rows.dtype
+        lr, l1, l2 = (_value(hyper[k], dtype) for k in ("learning_rate", "l1", "l2"))
+        accum = slots["accumulator"] + grads * grads
+        adjusted_lr = lr * tf.math.rsqrt(accum)
+        proximal = _shrunk(rows - adjusted_lr * grads, adjusted_lr * l1)
+        return proximal / (1 + l2 * adjusted_lr), {"accumulator": accum}
+
+    return RowRule("proximal_adagrad", {"accumulator": float(hyper["initial_accumulator_value"])}, update)
+
+
+def _proximal_sgd(hyper) -> RowRule:
+    def update(rows, slots, grads, step, context):
+        dtype = rows.dtype
+        lr, l1, l2 = (_value(hyper[k], dtype) for k in ("learning_rate", "l1", "l2"))
+        return _shrunk(rows - lr * grads, lr * l1) / (1 + l2 * lr), {}
+
+    return RowRule("proximal_sgd", {}, update)
+
+
 _MAKERS = {
     "GradientDescentOptimizer": _sgd,
     "MomentumOptimizer": _momentum,
     "AdagradOptimizer": _adagrad,
     "FtrlOptimizer": _ftrl,
     "RMSPropOptimizer": _rmsprop,
+    "AdadeltaOptimizer": _adadelta,
+    "AdagradDAOptimizer": _adagrad_da,
+    "ProximalAdagradOptimizer": _proximal_adagrad,
+    "ProximalGradientDescentOptimizer": _proximal_sgd,
 }

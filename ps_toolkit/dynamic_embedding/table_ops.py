@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import tensorflow as tf
 
+from ps_toolkit.base.errors import ConfigError
 from ps_toolkit.dynamic_embedding import keys, shard_records
 from ps_toolkit.dynamic_embedding.hash_tables import on_device, queryable
 
@@ -33,7 +34,7 @@ def export_component(table, component: str) -> tuple[tf.Tensor, tf.Tensor]:
 def insert(table, ids, rows, seen_at_step=0) -> tf.Operation:
     """Sets the rows of ``ids``, as TFRA's ``upsert``: admitted, last seen at ``seen_at_step`` at the earliest."""
     rows = tf.reshape(tf.convert_to_tensor(rows, table.value_dtype), [-1, table.dim])
-    ids = tf.reshape(tf.convert_to_tensor(ids, table.key_dtype), [-1])
+    ids = tf.reshape(_checked_ids(table, ids), [-1])
     writes = []
     hashes = keys.hash64(ids)
     shard_index = keys.shard_of_bucket(keys.save_bucket(hashes), table.num_shards)
@@ -56,8 +57,9 @@ def insert(table, ids, rows, seen_at_step=0) -> tf.Operation:
 
 
 def contains(table, ids) -> tf.Tensor:
-    """Whether each id has a row (bool, in the order of ``ids``)."""
-    ids = tf.reshape(tf.convert_to_tensor(ids, table.key_dtype), [-1])
+    """Whether each id has a row (bool, in the shape of ``ids``)."""
+    given = _checked_ids(table, ids)
+    ids = tf.reshape(given, [-1])
     hashes = keys.hash64(ids)
     shard_index = keys.shard_of_bucket(keys.save_bucket(hashes), table.num_shards)
     positions = tf.dynamic_partition(tf.range(tf.size(ids)), shard_index, table.num_shards)
@@ -71,12 +73,12 @@ def contains(table, ids) -> tf.Tensor:
         with on_device(shard.device):
             rows = shard.rows.find(keys.stored_keys(table.key_dtype, table.tag, part_ids, part_hashes))
             found.append(tf.logical_not(tf.math.is_nan(rows[:, 0])))
-    return tf.dynamic_stitch(positions, found)
+    return tf.reshape(tf.dynamic_stitch(positions, found), tf.shape(given))
 
 
 def remove(table, ids) -> tf.Operation:
     """Removes ``ids`` (rows, meta, slots) from ``table``: each shard's hash tables rebuilt without them."""
-    ids = tf.reshape(tf.convert_to_tensor(ids, table.key_dtype), [-1])
+    ids = tf.reshape(_checked_ids(table, ids), [-1])
     return _rebuild_without(table, lambda shard, stored: _member(table, stored, ids))
 
 
@@ -120,7 +122,7 @@ def slot_names(table) -> list[str]:
 
 def insert_slot(table, slot: str, ids, values) -> tf.Operation:
     """Sets optimizer slot ``slot``'s ``values`` for ``ids`` of ``table``, each on its shard."""
-    ids = tf.reshape(tf.convert_to_tensor(ids, table.key_dtype), [-1])
+    ids = tf.reshape(_checked_ids(table, ids), [-1])
     values = tf.reshape(tf.convert_to_tensor(values, table.value_dtype), [-1, table.dim])
     hashes = keys.hash64(ids)
     shard_index = keys.shard_of_bucket(keys.save_bucket(hashes), table.num_shards)
@@ -136,3 +138,11 @@ def insert_slot(table, slot: str, ids, values) -> tf.Operation:
             stored = keys.stored_keys(table.key_dtype, table.tag, part_ids, part_hashes)
             writes.append(shard.slot(slot).insert(stored, part_values))
     return tf.group(*writes)
+
+
+def _checked_ids(table, ids) -> tf.Tensor:
+    """``ids`` as a tensor of the table's key dtype; a ConfigError naming both for a tensor of another dtype."""
+    ids = ids if isinstance(ids, tf.Tensor) else tf.convert_to_tensor(ids, table.key_dtype)
+    if ids.dtype != table.key_dtype:
+        raise ConfigError(f"dynamic table {table.name!r} has {table.key_dtype.name} keys; got {ids.dtype.name} ids")
+    return ids

@@ -108,8 +108,9 @@ def train_once(optimizer_name, make_optimizer):
             before = session.run(var.size())
             first = session.run(loss)
             for _ in range(5):
-                session.run(train_op)
+                # The dense step first: AdagradDA reads the global step, which only train_op increments.
                 session.run(dense_op)
+                session.run(train_op)
             after = session.run([var.size(), var.size(0) + var.size(1)])
             table_rows, dense_values = session.run([de.embedding_lookup(var, tf.constant([1, 2], tf.int64)), dense])
             untouched = session.run(de.embedding_lookup(var, tf.constant([7], tf.int64)))
@@ -138,9 +139,20 @@ def optimizers():
         "adam": lambda: tf.train.AdamOptimizer(0.1),
         "ftrl": lambda: tf.train.FtrlOptimizer(0.3),
         "rmsprop": lambda: tf.train.RMSPropOptimizer(0.05),
+        "adadelta": lambda: tf.train.AdadeltaOptimizer(1.0, rho=0.9, epsilon=1e-3),
+        "adagrad_da": lambda: tf.train.AdagradDAOptimizer(
+            0.3, tf.train.get_or_create_global_step(), l1_regularization_strength=0.05, l2_regularization_strength=0.1
+        ),
+        "proximal_adagrad": lambda: tf.train.ProximalAdagradOptimizer(
+            0.3, l1_regularization_strength=0.05, l2_regularization_strength=0.1
+        ),
+        "proximal_sgd": lambda: tf.train.ProximalGradientDescentOptimizer(
+            0.05, l1_regularization_strength=0.5, l2_regularization_strength=0.1
+        ),
     }
     out = {name: train_once(name, make) for name, make in makers.items()}
-    out["adadelta"] = error_of(lambda: de.DynamicEmbeddingOptimizer(tf.train.AdadeltaOptimizer(0.1)))
+
+    out["unknown"] = error_of(lambda: de.DynamicEmbeddingOptimizer(tf.train.Optimizer(False, "HomeMade")))
     return out
 
 
