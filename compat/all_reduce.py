@@ -28,8 +28,9 @@ import types
 import tensorflow as tf
 
 from ps_toolkit.base.errors import ConfigError
+from ps_toolkit_compat import tf_internals
 
-MODULE_NAME = "tensorflow.python.distribute.all_reduce"
+MODULE_NAME = tf_internals.ALL_REDUCE_MODULE
 NOT_PROVIDED = (
     "build_ring_all_reduce",
     "build_recursive_hd_all_reduce",

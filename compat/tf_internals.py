@@ -395,6 +395,31 @@ def unfinalized(graph):
             graph.finalize()
 
 
+# --- TFRA's Variable in a Saver's var_list (compat/tfra/variable.py, variable_ops.py) ------------------------------
+
+TRACKABLE_MODULE = "tensorflow.python.trackable.base"
+_GATHER_SAVEABLES = _use(
+    f"{TRACKABLE_MODULE}.Trackable",
+    "_gather_saveables_for_checkpoint",
+    "compat/tfra/variable_ops.py",
+    "what a tf.compat.v1.train.Saver saves of an object in its var_list; TFRA's Variable is one, no public hook",
+)
+_use(
+    f"{TRACKABLE_MODULE}.Trackable",
+    "_gather_saveables_for_checkpoint",
+    "compat/tfra/variable.py",
+    "what a tf.compat.v1.train.Saver saves of a TFRA Variable in its var_list: its shards' saveables",
+)
+ALL_REDUCE_MODULE = "tensorflow.python.distribute.all_reduce"  # served again by compat/all_reduce.py
+
+
+def trackable_base() -> type:
+    """TensorFlow's Trackable, the base of what a Saver's var_list may hold besides variables."""
+    import importlib
+
+    return importlib.import_module(TRACKABLE_MODULE).Trackable
+
+
 def missing(uses=None) -> list[str]:
     """One line for each name of this registry (or of ``uses``) the installed packages lack; empty when all is there."""
     return toolkit_internals.missing(USES if uses is None else uses)

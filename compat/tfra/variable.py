@@ -15,10 +15,10 @@ from __future__ import annotations
 import weakref
 
 import tensorflow as tf
-from tensorflow.python.trackable import base as trackable
 
 from ps_toolkit import dynamic_embedding as tables
 from ps_toolkit.dynamic_embedding import table_ops
+from ps_toolkit_compat import tf_internals
 from ps_toolkit_compat.tfra import arguments, errors, initializers, refused, restrict, variable_ops
 from ps_toolkit_compat.tfra.refused import NotServedUseError
 
@@ -91,7 +91,7 @@ def _devices_list(devices):
     return list(devices) if isinstance(devices, (list, tuple)) else [devices]
 
 
-class Variable(trackable.Trackable):
+class Variable(tf_internals.trackable_base()):
     """A TFRA dynamic embedding variable over one ps_toolkit dynamic table (``self.table``).
 
     A Trackable, so ``tf.compat.v1.train.Saver(var_list=[..., variable])`` saves its table.

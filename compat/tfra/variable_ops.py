@@ -9,11 +9,11 @@ takes in its ``var_list`` (the shard's rows, ids' records and slots).
 from __future__ import annotations
 
 import tensorflow as tf
-from tensorflow.python.trackable import base as trackable
 
 from ps_toolkit import dynamic_embedding as tables
 from ps_toolkit.dynamic_embedding import keys as table_keys
 from ps_toolkit.dynamic_embedding import shard_records, table_ops
+from ps_toolkit_compat import tf_internals
 from ps_toolkit_compat.tfra import errors
 
 
@@ -87,7 +87,7 @@ def component_saveables(shard) -> list:
     return [saveable for saveable in saveables if id(getattr(saveable, "op", None)) in handles]
 
 
-class ShardTable(trackable.Trackable):
+class ShardTable(tf_internals.trackable_base()):
     """TFRA's per-shard hash table (``Variable.tables[i]``): its size, export and its checkpoint entries."""
 
     def __init__(self, variable, index: int):

@@ -28,6 +28,7 @@ class ShardUpdate:
     """The rows one step updates on one group shard: stored keys, hashes, gradients, counts, table indices."""
 
     stored: list = dataclasses.field(default_factory=list)
+    ids: list = dataclasses.field(default_factory=list)
     hashes: list = dataclasses.field(default_factory=list)
     grads: list = dataclasses.field(default_factory=list)
     counts: list = dataclasses.field(default_factory=list)
@@ -36,6 +37,7 @@ class ShardUpdate:
     def add(self, table, ids, hashes, grads, counts) -> None:
         """Adds one table's distinct ids bound for this shard."""
         self.stored.append(keys.stored_keys(table.key_dtype, table.tag, ids, hashes))
+        self.ids.append(ids)
         self.hashes.append(hashes)
         self.grads.append(tf.cast(grads, table.value_dtype))
         self.counts.append(tf.cast(counts, tf.int64))
@@ -104,9 +106,9 @@ def apply_shard(shard: GroupShard, rule: RowRule, update: ShardUpdate, step, con
     slot_tables = {name: shard.slot(name) for name in rule.slots}
     joined = [
         tf.concat(parts, 0) if len(parts) > 1 else parts[0]
-        for parts in (update.stored, update.hashes, update.grads, update.counts, update.table_index)
+        for parts in (update.stored, update.ids, update.hashes, update.grads, update.counts, update.table_index)
     ]
-    stored, hashes, grads, counts, table_index = joined
+    stored, ids, hashes, grads, counts, table_index = joined
     # After the gradient, so after the step's lookups: the meta written below does not depend on the gradient,
     # and a lookup reading it first would see an id counted but without its row.
     with (
@@ -118,12 +120,8 @@ def apply_shard(shard: GroupShard, rule: RowRule, update: ShardUpdate, step, con
         found = shard.rows.find(stored)
         existed = tf.logical_not(tf.math.is_nan(found[:, 0]))
         missing = tf.where(tf.logical_not(existed))
-        initial = initial_rows.group_rows(
-            [table.initializer for table in group.tables],
-            tf.gather_nd(table_index, missing),
-            tf.gather_nd(hashes, missing),
-            key.dim,
-            key.value_dtype,
+        initial = _initial_rows(
+            group, tf.gather_nd(table_index, missing), tf.gather_nd(ids, missing), tf.gather_nd(hashes, missing)
         )
         rows = tf.tensor_scatter_nd_update(found, missing, initial)
         slots = {
@@ -155,3 +153,15 @@ def apply_shard(shard: GroupShard, rule: RowRule, update: ShardUpdate, step, con
         tags = tf.constant([table.tag for table in group.tables], tf.int64)
         writes.append(shard.add_to_stat(tags, STAT_ADMITTED, per_table))
         return tf.group(*writes)
+
+
+def _initial_rows(group, table_index, ids, hashes) -> tf.Tensor:
+    """The initial rows of ids of the group's tables: computed together when every table uses ``InitialRows``
+    itself, else (an initializer of its own, such as the TFRA layer's) each table's by its own ``rows``."""
+    key, tables = group.key, group.tables
+    if all(type(table.initializer) is initial_rows.InitialRows for table in tables):
+        return initial_rows.group_rows([t.initializer for t in tables], table_index, hashes, key.dim, key.value_dtype)
+    positions = tf.dynamic_partition(tf.range(tf.size(table_index)), table_index, len(tables))
+    parts = tf.dynamic_partition(ids, table_index, len(tables))
+    rows = [table.initial_rows(part) for table, part in zip(tables, parts, strict=True)]
+    return tf.reshape(tf.dynamic_stitch(positions, rows), tf.stack([tf.size(table_index), key.dim]))

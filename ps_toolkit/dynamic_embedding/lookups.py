@@ -143,7 +143,7 @@ def read_shard(table: DynamicTable, shard: GroupShard, ids: tf.Tensor, hashes: t
         rows = shard.rows.find(keys.stored_keys(table.key_dtype, table.tag, ids, hashes))
         # An absent id reads NaN: only those get their initial row computed.
         missing = tf.where(tf.math.is_nan(rows[:, 0]))
-        initial = table.initializer.rows_of_hashes(tf.gather_nd(hashes, missing), table.dim, table.value_dtype)
+        initial = table.initial_rows(tf.gather_nd(ids, missing))
         return tf.tensor_scatter_nd_update(rows, missing, initial)
 
 

@@ -79,7 +79,7 @@ class DynamicTable:
         self.num_shards = len(self.devices)
         self.tag = keys.table_tag(name)
         self.group = layout.group_of(
-            layout.GroupKey(key_dtype, value_dtype, dim, self.devices, initializer.distribution, admit_after)
+            layout.GroupKey(key_dtype, value_dtype, dim, self.devices, _initial_kind(initializer), admit_after)
         )
         self.group.add(self)
 
@@ -226,3 +226,13 @@ def clear_graph_collections(graph=None) -> bool:
         for key in (_DEVICES, LOOKUPS, tf.compat.v1.GraphKeys.SAVEABLE_OBJECTS):
             graph.clear_collection(key)
     return had_tables
+
+
+def _initial_kind(initializer: InitialRows) -> str:
+    """What tables of one group share of their initial rows: the distribution, or a class of its own.
+
+    An initializer of its own class computes each table's rows its way (apply.py calls each table's).
+    """
+    if type(initializer) is InitialRows:
+        return initializer.distribution
+    return f"{type(initializer).__module__}.{type(initializer).__qualname__}"
