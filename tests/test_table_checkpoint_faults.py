@@ -45,6 +45,11 @@ def _rewrite(prefix: str, change) -> None:
     tensors = {name: value for name, value in tensors.items() if value is not None}
     for path in tf.io.gfile.glob(prefix + ".*"):
         os.remove(path)
+    _write(prefix, tensors)
+
+
+def _write(prefix: str, tensors: dict) -> None:
+    """Writes ``tensors`` (name -> array) as the checkpoint ``prefix``."""
     with tf.Graph().as_default(), tf.compat.v1.Session() as session:
         names = sorted(tensors)
         session.run(
@@ -153,16 +158,7 @@ def test_table_faults_name_each_kind_of_mismatch(tmp_path):
     }
     for case, (tensors, fault) in cases.items():
         prefix = str(tmp_path / case.replace(" ", "_") / "model.ckpt-1")
-        with tf.Graph().as_default(), tf.compat.v1.Session() as session:
-            names = sorted(tensors)
-            session.run(
-                tf.raw_ops.SaveV2(
-                    prefix=prefix,
-                    tensor_names=names,
-                    shape_and_slices=[""] * len(names),
-                    tensors=[tf.constant(tensors[n]) for n in names],
-                )
-            )
+        _write(prefix, tensors)
         assert table_checkpoints.table_faults(prefix, specs) == [fault], case
     assert table_checkpoints.table_faults(prefix, {}) == []
 
