@@ -7,7 +7,6 @@ Writes OUT/results.json, OUT/results.md and OUT/results.png (docs/performance.md
 explains the figures). Every process it starts is ended before it returns.
 """
 
-import dataclasses
 import json
 import os
 import platform
@@ -79,7 +78,7 @@ def _main(argv):
         configs = [c for c in configs if not (c.ctr and c.system == systems.TF2 and c.ctr.ids == "uniform")]
     graphs = plan.graph_configs(*sizes) if systems.CTR in models and _CTR_GRAPHS.value else []
     graphs = [g for g in graphs if g.system in _SYSTEMS.value]
-    configs, graphs, skipped, tfra_python = _with_real_tfra(configs, graphs)
+    configs, graphs, skipped, tfra_python = tfra_systems.with_real_tfra(configs, graphs, _TFRA_PYTHON.value)
     budget = _BUDGET.value if _BUDGET.value is not None else (480.0 if _QUICK.value else 3 * 3600.0)
     started = time.monotonic()
     network = _private_network()
@@ -113,21 +112,6 @@ def _main(argv):
     print(report.markdown_table(records, meta["main_job"]))
     print(json.dumps({"written": paths, "seconds": meta["seconds"]}))
     logging.info("benchmark done in %.0f s", meta["seconds"])
-
-
-def _with_real_tfra(configs: list, graphs: list) -> tuple[list, list, list, str | None]:
-    """(configs, graphs, skip lines, real TFRA's python): tfra_tf2_15's runs told that python, or left out
-    with one line where its environment cannot be made."""
-    if not any(c.system == systems.TFRA_TF2_15 for c in (*configs, *graphs)):
-        return configs, graphs, [], None
-    python, reason = tfra_systems.real_tfra_python(_TFRA_PYTHON.value)
-    if python is None:
-        line = f"{systems.TFRA_TF2_15} skipped: {reason}"
-        logging.warning(line)
-        keep = lambda items: [c for c in items if c.system != systems.TFRA_TF2_15]  # noqa: E731
-        return keep(configs), keep(graphs), [line], None
-    configs = [dataclasses.replace(c, python=python) if c.system == systems.TFRA_TF2_15 else c for c in configs]
-    return configs, graphs, [], python
 
 
 def _private_network() -> str | None:

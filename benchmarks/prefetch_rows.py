@@ -14,6 +14,7 @@ import numpy as np
 import tensorflow as tf
 from absl import app, flags
 
+from benchmarks import ctr_data
 from ps_toolkit.training import sparse_lookup
 from ps_toolkit.training.row_prefetch import PrefetchedRows
 
@@ -37,14 +38,6 @@ def _batches(seed: int, count: int, vocab: int):
         ids = (rng.zipf(1.05, size=(BATCH, FIELDS)) - 1) % vocab
         labels = (truth[ids].sum(axis=1) + rng.normal(size=BATCH) > 0).astype(np.float32)
         yield ids, labels
-
-
-def _auc(labels, scores) -> float:
-    order = np.argsort(scores)
-    ranks = np.empty(len(scores))
-    ranks[order] = np.arange(1, len(scores) + 1)
-    positives = labels.sum()
-    return float((ranks[labels == 1].sum() - positives * (positives + 1) / 2) / (positives * (len(labels) - positives)))
 
 
 def _run(target: str, prefetch: bool, seed: int) -> dict:
@@ -96,7 +89,7 @@ def _run(target: str, prefetch: bool, seed: int) -> dict:
             held_out = list(_batches(10_000 + seed, 10, _VOCAB.value))
             got = [session.run(scores, {ids: i}) for i, _ in held_out]
     measured = _STEPS.value - 20
-    auc = _auc(np.concatenate([label for _, label in held_out]), np.concatenate(got))
+    auc = ctr_data.auc(np.concatenate([label for _, label in held_out]), np.concatenate(got))
     return {
         "prefetch": prefetch,
         "steps_per_sec": measured / wall,

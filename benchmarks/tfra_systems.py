@@ -10,8 +10,11 @@ by hand, the demo's flags; the ps joins forever.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import sys
+
+from absl import logging
 
 from benchmarks import CHECKOUT
 
@@ -80,3 +83,18 @@ def tasks(config, ports: list[int], checkpoint_dir: str, tfra_python: str | None
         for i in range(config.num_workers)
     ]
     return result
+
+
+def with_real_tfra(configs: list, graphs: list, given_python: str | None) -> tuple[list, list, list, str | None]:
+    """(configs, graphs, skip lines, real TFRA's python): tfra_tf2_15's runs told that python, or left out
+    with one line where its environment cannot be made."""
+    if not any(c.system == TFRA_TF2_15 for c in (*configs, *graphs)):
+        return configs, graphs, [], None
+    python, reason = real_tfra_python(given_python)
+    if python is None:
+        line = f"{TFRA_TF2_15} skipped: {reason}"
+        logging.warning(line)
+        keep = lambda items: [c for c in items if c.system != TFRA_TF2_15]  # noqa: E731
+        return keep(configs), keep(graphs), [line], None
+    configs = [dataclasses.replace(c, python=python) if c.system == TFRA_TF2_15 else c for c in configs]
+    return configs, graphs, [], python

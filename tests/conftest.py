@@ -45,3 +45,36 @@ def own_fork_server(monkeypatch):
     from ps_toolkit.process import fork_client
 
     monkeypatch.delenv(fork_client.HOST_SERVER_ENV, raising=False)
+
+
+
+def _benchmark_flag_modules() -> list:
+    """The benchmark modules whose absl flags this test process holds.
+
+    Test files share a worker process (--dist loadfile) and absl's global FLAGS: a benchmark
+    module's flags (a required --out, a second --repetitions) break the flag parsing of every
+    test file that runs after it there, far from the import that caused it.
+    """
+    from absl import flags
+
+    return sorted(m for m in flags.FLAGS.flags_by_module_dict() if m.startswith("benchmarks."))
+
+
+def _refuse_benchmark_flags(where: str) -> None:
+    leaking = _benchmark_flag_modules()
+    if leaking:
+        raise pytest.UsageError(
+            f"{where} imported {', '.join(leaking)}, which define absl flags for the whole test process: "
+            "import the flagless module the test needs instead"
+        )
+
+
+def pytest_collection_finish(session):
+    """Collecting the tests imports no benchmark's command-line module."""
+    _refuse_benchmark_flags("collecting the tests")
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_runtest_teardown(item):
+    """Nor does a test itself (an import inside its body)."""
+    _refuse_benchmark_flags(item.nodeid)

@@ -16,7 +16,7 @@ def _count_global_step_reads(tmp_path, steps: int, steps_per_run: int) -> tuple[
         global_step = tf.compat.v1.train.get_or_create_global_step()
         train_op = tf.compat.v1.assign_add(global_step, steps_per_run)
         scaffold = tf.compat.v1.train.Scaffold()
-        hooks = trainer._chief_saving_hooks(config, types.SimpleNamespace(scaffold=scaffold))
+        hooks = trainer._chief_saving_hooks(config, types.SimpleNamespace(scaffold=scaffold, multi_step=None))
 
         class CountingCreator(tf.compat.v1.train.ChiefSessionCreator):
             def create_session(self):

@@ -64,7 +64,7 @@ def test_steps_match_sgd_with_one_step_of_staleness(num_parts):
 
 
 def test_benchmark_auc_ranks_scores():
-    from benchmarks.prefetch_rows import _auc
+    from benchmarks.ctr_data import auc as _auc
 
     labels = np.array([0, 0, 1, 1], np.float32)
     assert _auc(labels, np.array([0.1, 0.2, 0.3, 0.4])) == 1.0

@@ -11,7 +11,7 @@ import sys
 
 import pytest
 
-from benchmarks import cli, graph_size, plan, report, systems, tfra_systems
+from benchmarks import graph_size, plan, report, systems, tfra_systems
 from benchmarks.graph_size import GraphConfig
 
 GRAPH_SYSTEMS = (systems.TOOLKIT, systems.TOOLKIT_DYNAMIC, systems.RAW, systems.TOOLKIT_TFRA, systems.TFRA_TF2_15)
@@ -95,11 +95,11 @@ def test_real_tfra_is_skipped_with_one_line_where_its_environment_cannot_be_made
     monkeypatch.setattr(tfra_systems, "real_tfra_python", lambda given: (None, "no python3.11 here"))
     configs = [_ctr_config(systems.TFRA_TF2_15), _ctr_config(systems.TOOLKIT_TFRA)]
     graphs = [GraphConfig(systems.TFRA_TF2_15, 26), GraphConfig(systems.TOOLKIT, 26)]
-    kept, kept_graphs, skipped, python = cli._with_real_tfra(configs, graphs)
+    kept, kept_graphs, skipped, python = tfra_systems.with_real_tfra(configs, graphs, None)
     assert [c.system for c in kept] == [systems.TOOLKIT_TFRA] and [g.system for g in kept_graphs] == ["ps_toolkit"]
     assert skipped == ["tfra_tf2_15 skipped: no python3.11 here"] and python is None
     monkeypatch.setattr(tfra_systems, "real_tfra_python", lambda given: ("/envs/tfra/bin/python", "made"))
-    kept, _, skipped, python = cli._with_real_tfra(configs, graphs)
+    kept, _, skipped, python = tfra_systems.with_real_tfra(configs, graphs, None)
     assert kept[0].python == "/envs/tfra/bin/python" and kept[1].python is None and not skipped
 
 
