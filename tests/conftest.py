@@ -47,7 +47,6 @@ def own_fork_server(monkeypatch):
     monkeypatch.delenv(fork_client.HOST_SERVER_ENV, raising=False)
 
 
-
 def _benchmark_flag_modules() -> list:
     """The benchmark modules whose absl flags this test process holds.
 
