@@ -268,6 +268,35 @@ def adam_beta_powers(optimizer, colocate_with) -> tuple:
     return getattr(optimizer, _BETA_ACCUMULATORS)()
 
 
+_OPS = "tensorflow.python.framework.ops"
+_LOOKUPS = "ps_toolkit/dynamic_embedding/lookups.py"
+_UPDATE_INPUT = _use(
+    f"{_OPS}.Operation",
+    "_update_input",
+    _LOOKUPS,
+    "a built op's input replaced: the stand-ins a model_fn's lookups returned are fed by the one read of them all",
+)
+_FLOW_CONTEXT = _use(
+    f"{_OPS}.Graph", "_get_control_flow_context", _LOOKUPS, "a lookup joins a batch only in the batch's loop or cond"
+)
+_CONTROL_INPUTS = _use(
+    f"{_OPS}.Graph",
+    "_current_control_dependencies",
+    _LOOKUPS,
+    "a lookup joins a batch only under the control dependencies the batch is read under",
+)
+
+
+def replace_input(op, index: int, tensor) -> None:
+    """Makes ``tensor`` the ``index``-th input of the built op ``op``."""
+    getattr(op, _UPDATE_INPUT)(index, tensor)
+
+
+def building_context(graph) -> tuple:
+    """(the control-flow context, the control dependencies) that ops made now in ``graph`` get."""
+    return getattr(graph, _FLOW_CONTEXT)(), frozenset(getattr(graph, _CONTROL_INPUTS)())
+
+
 def saveable_classes() -> tuple[type, type]:
     """(SaveableObject, SaveSpec): what tf.compat.v1.train.Saver saves besides variables."""
     from tensorflow.python.training.saving import saveable_object

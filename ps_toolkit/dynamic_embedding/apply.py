@@ -36,12 +36,17 @@ class ShardUpdate:
 
     def add(self, table, ids, hashes, grads, counts) -> None:
         """Adds one table's distinct ids bound for this shard."""
-        self.stored.append(keys.stored_keys(table.key_dtype, table.tag, ids, hashes))
+        table_index = tf.fill(tf.shape(hashes), table.group.tables.index(table))
+        self.add_ids(table.group.key, table.tag, ids, hashes, grads, counts, table_index)
+
+    def add_ids(self, key, tags, ids, hashes, grads, counts, table_index) -> None:
+        """Adds ids of the group's tables (``tags``: each id's table tag, or one for all) bound for this shard."""
+        self.stored.append(keys.stored_keys(key.key_dtype, tags, ids, hashes))
         self.ids.append(ids)
         self.hashes.append(hashes)
-        self.grads.append(tf.cast(grads, table.value_dtype))
+        self.grads.append(tf.cast(grads, key.value_dtype))
         self.counts.append(tf.cast(counts, tf.int64))
-        self.table_index.append(tf.fill(tf.shape(hashes), table.group.tables.index(table)))
+        self.table_index.append(table_index)
 
 
 def summed_gradient(gradient, num_rows: tf.Tensor) -> tf.Tensor:
@@ -68,24 +73,30 @@ def merged(records_and_grads: list[tuple[LookupRecord, tf.Tensor]]) -> tuple[tf.
     )
 
 
-def add_table(updates: dict, table, ids, grads, counts) -> None:
-    """Splits one table's step (distinct ``ids``, summed ``grads``, ``counts``) by shard into ``updates``.
+def add_group(updates: dict, group, table_steps: list) -> None:
+    """Splits the step of a group's tables by shard into ``updates``: one hashing and one split for them all.
 
     Args:
         updates: GroupShard -> ShardUpdate, filled here.
-        table: The DynamicTable.
-        ids: Its distinct ids of the step.
-        grads: Their summed gradients.
-        counts: How often each occurred.
+        group: The tables' TableGroup.
+        table_steps: (table, its distinct ids of the step, their summed gradients, their counts) per table.
     """
+    ids, grads, counts = (
+        tf.concat(parts, 0) if len(parts) > 1 else parts[0] for parts in list(zip(*table_steps, strict=True))[1:]
+    )
+    sizes = tf.stack([tf.size(step[1]) for step in table_steps])
+    indices = [group.tables.index(step[0]) for step in table_steps]
+    table_index = tf.repeat(tf.constant(indices, tf.int32), sizes)
+    tags = tf.gather(tf.constant([table.tag for table in group.tables], tf.int64), table_index)
     hashes = keys.hash64(ids)
-    if table.num_shards == 1:
-        updates.setdefault(table.shards[0], ShardUpdate()).add(table, ids, hashes, grads, counts)
+    parts = (ids, hashes, grads, counts, table_index, tags)
+    if group.num_shards == 1:
+        updates.setdefault(group.shards[0], ShardUpdate()).add_ids(group.key, parts[-1], *parts[:-1])
         return
-    shard = keys.shard_of_bucket(keys.save_bucket(hashes), table.num_shards)
-    parts = zip(*[tf.dynamic_partition(t, shard, table.num_shards) for t in (ids, hashes, grads, counts)], strict=True)
-    for group_shard, part in zip(table.shards, parts, strict=True):
-        updates.setdefault(group_shard, ShardUpdate()).add(table, *part)
+    shard = keys.shard_of_bucket(keys.save_bucket(hashes), group.num_shards)
+    split = zip(*[tf.dynamic_partition(t, shard, group.num_shards) for t in parts], strict=True)
+    for group_shard, (*values, shard_tags) in zip(group.shards, split, strict=True):
+        updates.setdefault(group_shard, ShardUpdate()).add_ids(group.key, shard_tags, *values)
 
 
 def apply_shard(shard: GroupShard, rule: RowRule, update: ShardUpdate, step, context) -> tf.Operation:
@@ -120,7 +131,7 @@ def apply_shard(shard: GroupShard, rule: RowRule, update: ShardUpdate, step, con
         found = shard.rows.find(stored)
         existed = tf.logical_not(tf.math.is_nan(found[:, 0]))
         missing = tf.where(tf.logical_not(existed))
-        initial = _initial_rows(
+        initial = initial_rows.of_group(
             group, tf.gather_nd(table_index, missing), tf.gather_nd(ids, missing), tf.gather_nd(hashes, missing)
         )
         rows = tf.tensor_scatter_nd_update(found, missing, initial)
@@ -154,14 +165,3 @@ def apply_shard(shard: GroupShard, rule: RowRule, update: ShardUpdate, step, con
         writes.append(shard.add_to_stat(tags, STAT_ADMITTED, per_table))
         return tf.group(*writes)
 
-
-def _initial_rows(group, table_index, ids, hashes) -> tf.Tensor:
-    """The initial rows of ids of the group's tables: computed together when every table uses ``InitialRows``
-    itself, else (an initializer of its own, such as the TFRA layer's) each table's by its own ``rows``."""
-    key, tables = group.key, group.tables
-    if all(type(table.initializer) is initial_rows.InitialRows for table in tables):
-        return initial_rows.group_rows([t.initializer for t in tables], table_index, hashes, key.dim, key.value_dtype)
-    positions = tf.dynamic_partition(tf.range(tf.size(table_index)), table_index, len(tables))
-    parts = tf.dynamic_partition(ids, table_index, len(tables))
-    rows = [table.initial_rows(part) for table, part in zip(tables, parts, strict=True)]
-    return tf.reshape(tf.dynamic_stitch(positions, rows), tf.stack([tf.size(table_index), key.dim]))

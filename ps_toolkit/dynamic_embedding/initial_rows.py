@@ -91,6 +91,21 @@ def group_rows(initializers, table_index: tf.Tensor, hashes: tf.Tensor, dim: int
     return tf.cast(normal * scale, dtype)
 
 
+def of_group(group, table_index: tf.Tensor, ids: tf.Tensor, hashes: tf.Tensor) -> tf.Tensor:
+    """The initial rows of ids of a group's tables (``table_index`` into ``group.tables``).
+
+    Computed together when every table uses ``InitialRows`` itself, else (an initializer of
+    its own, such as the TFRA layer's) each table's by its own ``rows``.
+    """
+    key, tables = group.key, group.tables
+    if all(type(table.initializer) is InitialRows for table in tables):
+        return group_rows([t.initializer for t in tables], table_index, hashes, key.dim, key.value_dtype)
+    positions = tf.dynamic_partition(tf.range(tf.size(table_index)), table_index, len(tables))
+    parts = tf.dynamic_partition(ids, table_index, len(tables))
+    rows = [table.initial_rows(part) for table, part in zip(tables, parts, strict=True)]
+    return tf.reshape(tf.dynamic_stitch(positions, rows), tf.stack([tf.size(table_index), key.dim]))
+
+
 def _salted(seeds, salt: int, table_index: tf.Tensor) -> tf.Tensor:
     """Each id's seed word (uint64): its table's seed mixed with ``salt``."""
     words = [(seed * 0x2545F4914F6CDD1D + salt) % 2**64 for seed in seeds]

@@ -191,10 +191,12 @@ class TableOptimizer:
         """
         if context is None:
             context = self.begin_step([], pairs)
-        by_shard = {}
+        by_shard, by_group = {}, {}
         for records in _by_table([(g, v) for g, v in pairs if isinstance(v, TableRows)]).values():
-            ids, grads, counts = apply.merged(records)
-            apply.add_table(by_shard, records[0][0].table, ids, grads, counts)
+            table = records[0][0].table
+            by_group.setdefault(id(table.group), (table.group, []))[1].append((table, *apply.merged(records)))
+        for group, table_steps in by_group.values():
+            apply.add_group(by_shard, group, table_steps)
         for mean, rows in [(g, v) for g, v in pairs if isinstance(v, ShardRows)]:
             # The sync accumulators' mean of the replicas' [gradient, count] rows, by id, for one table's shard.
             table = rows.table

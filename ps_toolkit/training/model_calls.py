@@ -17,6 +17,7 @@ import tensorflow as tf
 
 from ps_toolkit.base.errors import ConfigError, ToolkitError
 from ps_toolkit.base.progress_lines import LOG_ONLY_PREFIX
+from ps_toolkit.dynamic_embedding.lookups import batched_lookups
 from ps_toolkit.training.model_api import InputContext, ModeKeys, ModelDefinition, ModelSpec
 
 MODEL_SCOPE = "model"
@@ -46,6 +47,8 @@ def call_model_fn(
     with _new_entries_removed(_LOOP_BODY_COLLECTIONS, added) if inner else contextlib.nullcontext():
         with (
             tf.compat.v1.variable_scope(MODEL_SCOPE, reuse=reuse, custom_getter=custom_getter, partitioner=partitioner),
+            # A dynamic table per feature costs what one shared table does: each ps gets one read for them all.
+            batched_lookups(),
             user_code_errors(definition.name),
         ):
             result = _call_with_accepted_args(
