@@ -38,7 +38,9 @@ class _Reader:
         with self.graph.as_default():
             self.input = folder_input.FolderInput(pattern, num_replicas, replica)
             self.input.configure(poll_secs=0.02, on_bad_file=options.get("on_bad_file", "skip"))
-            self.next = tf.compat.v1.data.make_one_shot_iterator(self.input.dataset()).get_next()
+            # With the options the training input gives it: no prefetch that tf.data adds under load.
+            dataset = self.input.dataset().with_options(folder_input.exact_position_options())
+            self.next = tf.compat.v1.data.make_one_shot_iterator(dataset).get_next()
             self.saver = tf.compat.v1.train.Saver()
             self.session = tf.compat.v1.Session(graph=self.graph)
             if restore_from:
