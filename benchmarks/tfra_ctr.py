@@ -119,6 +119,7 @@ def graph_only(cluster, num_ps):
     started = time.perf_counter()
     build_graph(0, num_ps, cluster, dataset)
     tf.compat.v1.train.Saver(sharded=True)
+    graph.finalize()  # as MonitoredTrainingSession does before the first step (ps_toolkit reads the lookups then)
     seconds = time.perf_counter() - started
     print(GRAPH_PREFIX + json.dumps({"graph_ops": len(graph.get_operations()), "graph_build_s": round(seconds, 3)}))
 

@@ -64,6 +64,24 @@ _SYNC_TOKEN_QUEUE = _use(
 )
 
 
+_DEFERRED_READS = "compat/tfra/deferred_reads.py"
+_BASE_SESSION = "tensorflow.python.client.session"
+_use(
+    _BASE_SESSION,
+    "BaseSession",
+    _DEFERRED_READS,
+    "the class whose run every session runs through (Session, InteractiveSession, MonitoredSession's inner one): "
+    "a TFRA script's lookups are read together before the graph runs",
+)
+
+
+def base_session_class() -> type:
+    """The class every TF1 session's ``run`` and ``make_callable`` are."""
+    from tensorflow.python.client import session
+
+    return session.BaseSession
+
+
 def session_closed(session) -> bool:
     """Whether a tf.compat.v1.Session has been closed."""
     return bool(getattr(session, _CLOSED))

@@ -4,7 +4,7 @@ import numpy as np
 import tensorflow as tf
 
 from ps_toolkit import dynamic_embedding as de
-from ps_toolkit.dynamic_embedding.lookups import batched_lookups
+from ps_toolkit.dynamic_embedding.lookup_batches import batched_lookups
 
 CPU = "/cpu:0"
 PS = ["/job:ps/task:0", "/job:ps/task:1"]
@@ -50,7 +50,8 @@ def test_batched_rows_and_their_training_are_the_unbatched_ones():
             tables.append(de.get_table("wide", 6, devices=[CPU, CPU]))  # another dim: another group
             tables.append(de.get_table("admitted_late", 4, devices=[CPU, CPU], admit_after=2))
             ids = tf.compat.v1.placeholder(tf.int64, [2, 4])
-            rows = _lookups([*tables, tables[0]], ids, batched)  # the first table looked up twice
+            # The first table looked up twice; the last one alone in its group, twice.
+            rows = _lookups([*tables, tables[0], tables[-1]], ids, batched)
             loss = tf.add_n([tf.reduce_sum(tf.square(r - 0.1 * k)) for k, r in enumerate(rows)])
             optimizer = de.TableOptimizer(tf.compat.v1.train.AdagradOptimizer(0.2))
             train_op = optimizer.minimize(loss, global_step=step)

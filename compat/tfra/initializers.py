@@ -20,7 +20,7 @@ import zlib
 import numpy as np
 import tensorflow as tf
 
-from ps_toolkit.dynamic_embedding.initial_rows import InitialRows
+from ps_toolkit.dynamic_embedding.initial_rows import InitialRows, group_rows
 from ps_toolkit_compat.tfra.refused import NotServedUseError
 
 _NORMAL = ("RandomNormal",)
@@ -45,6 +45,16 @@ class ShiftedRows(InitialRows):
             return tf.tile(tf.constant(self.vector, dtype, shape=[1, dim]), tf.stack([tf.size(ids), 1]))
         return tf.cast(super().rows(ids, dim, tf.float64) * self.multiplier + self.shift, dtype)
 
+    @classmethod
+    def rows_of_group(cls, initializers, table_index, hashes, dim, dtype):
+        """The rows of several tables' ids at once: the same values as each table's ``rows``."""
+        if any(i.vector is not None for i in initializers) or len({i.distribution for i in initializers}) != 1:
+            return None
+        draw = group_rows(initializers, table_index, hashes, dim, tf.float64)
+        return tf.cast(
+            draw * _per_id(initializers, "multiplier", table_index) + _per_id(initializers, "shift", table_index), dtype
+        )
+
 
 @dataclasses.dataclass(frozen=True)
 class TruncatedRows(InitialRows):
@@ -58,6 +68,17 @@ class TruncatedRows(InitialRows):
         half_open = (super().rows(ids, dim, tf.float64) + 1.0) / 2.0  # uniform in (0, 1)
         normal = tf.math.ndtri(edge + half_open * (1.0 - 2.0 * edge))
         return tf.cast(self.mean + self.stddev * normal, dtype)
+
+    @classmethod
+    def rows_of_group(cls, initializers, table_index, hashes, dim, dtype):
+        """The rows of several tables' ids at once: the same values as each table's ``rows``."""
+        if len({i.distribution for i in initializers}) != 1:
+            return None
+        edge = 0.5 * math.erfc(_TRUNCATE_AT / math.sqrt(2.0))
+        half_open = (group_rows(initializers, table_index, hashes, dim, tf.float64) + 1.0) / 2.0
+        normal = tf.math.ndtri(edge + half_open * (1.0 - 2.0 * edge))
+        mean, stddev = (_per_id(initializers, name, table_index) for name in ("mean", "stddev"))
+        return tf.cast(mean + stddev * normal, dtype)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -74,6 +95,12 @@ class CalledRows(InitialRows):
             # fell back to, one row of [dim] drawn per lookup, read by every id of that lookup.
             row = tf.cast(self.initializer([dim], dtype=dtype), dtype)
             return tf.tile(row[None, :], tf.stack([tf.size(ids), 1]))
+
+
+def _per_id(initializers, field: str, table_index: tf.Tensor) -> tf.Tensor:
+    """[ids, 1] float64: each id's table's ``field``."""
+    values = tf.constant([float(getattr(i, field)) for i in initializers], tf.float64)
+    return tf.gather(values, table_index)[:, None]
 
 
 def _constant_rows(value: float) -> ShiftedRows:

@@ -2,8 +2,9 @@
 
 Each is ps_toolkit's ``lookup`` / ``lookup_sparse``: the unique ids of the
 batch go to their shards and only their rows come back; the rows are recorded
-for ``DynamicEmbeddingOptimizer``. ``return_trainable=True`` also returns a
-``TrainableWrapper``, which names the table in an optimizer's ``var_list``. In
+for ``DynamicEmbeddingOptimizer``; a graph's lookups at its top level are read
+together before it runs (``deferred_reads``: one request per ps for all tables).
+``return_trainable=True`` also returns a ``TrainableWrapper``, which names the table in an optimizer's ``var_list``. In
 inference mode the same lookups are built (they never insert; an id with no
 row reads its initial row).
 """
@@ -13,7 +14,7 @@ from __future__ import annotations
 import tensorflow as tf
 
 from ps_toolkit import dynamic_embedding as tables
-from ps_toolkit_compat.tfra import errors, modes, variable_ops
+from ps_toolkit_compat.tfra import deferred_reads, errors, modes, variable_ops
 from ps_toolkit_compat.tfra.variable import Variable
 
 COMBINERS = ("mean", "sqrtn", "sum")
@@ -84,6 +85,7 @@ def embedding_lookup(
     """The rows of ``ids`` (any shape): shape ``ids.shape + [dim]``; with the TrainableWrapper if asked."""
     del partition_strategy, validate_indices  # unused in TFRA too
     errors.require_graph_mode("dynamic_embedding.embedding_lookup")
+    deferred_reads.defer_lookups(tf.compat.v1.get_default_graph())
     params = _variable(params)
     ids = _ids(params, ids)
     scope = tf.compat.v1.get_variable_scope().name
@@ -121,6 +123,7 @@ def embedding_lookup_sparse(
     if sp_weights is not None and not isinstance(sp_weights, tf.SparseTensor):
         raise errors.TfraTypeError("sp_weights must be either None or SparseTensor")
     errors.require_graph_mode("dynamic_embedding.embedding_lookup_sparse")
+    deferred_reads.defer_lookups(tf.compat.v1.get_default_graph())
     params = _variable(params)
     values = _ids(params, sp_ids.values)
     scope = tf.compat.v1.get_variable_scope().name

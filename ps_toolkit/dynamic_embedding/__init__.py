@@ -6,6 +6,7 @@ Usage: docs/dynamic_embedding.md. Design: docs/design.md, "Dynamic embedding tab
 from ps_toolkit.dynamic_embedding import layout, table_ops
 from ps_toolkit.dynamic_embedding.initial_rows import InitialRows
 from ps_toolkit.dynamic_embedding.keys import KEY_DTYPES, NUM_SAVE_BUCKETS
+from ps_toolkit.dynamic_embedding.lookup_batches import batched_lookups
 from ps_toolkit.dynamic_embedding.lookups import COMBINERS, lookup, lookup_sparse
 from ps_toolkit.dynamic_embedding.maintenance import TableMaintenanceHook
 from ps_toolkit.dynamic_embedding.optimizer import (
@@ -26,6 +27,7 @@ from ps_toolkit.dynamic_embedding.table import (
 )
 
 __all__ = [
+    "batched_lookups",
     "COMBINERS",
     "KEY_DTYPES",
     "NUM_SAVE_BUCKETS",

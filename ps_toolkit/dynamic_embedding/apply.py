@@ -164,4 +164,3 @@ def apply_shard(shard: GroupShard, rule: RowRule, update: ShardUpdate, step, con
         tags = tf.constant([table.tag for table in group.tables], tf.int64)
         writes.append(shard.add_to_stat(tags, STAT_ADMITTED, per_table))
         return tf.group(*writes)
-

@@ -60,6 +60,16 @@ class InitialRows:
         """
         return self.rows_of_hashes(keys.hash64(ids), dim, dtype)
 
+    @classmethod
+    def rows_of_group(cls, initializers, table_index: tf.Tensor, hashes: tf.Tensor, dim: int, dtype: tf.DType):
+        """``group_rows`` for initializers all of this class; None where they cannot be computed together.
+
+        None for a subclass that does not say how, or for several distributions.
+        """
+        if cls is not InitialRows or len({i.distribution for i in initializers}) != 1:
+            return None
+        return group_rows(initializers, table_index, hashes, dim, dtype)
+
     def rows_of_hashes(self, hashes: tf.Tensor, dim: int, dtype: tf.DType) -> tf.Tensor:
         """The initial rows of the ids whose ``keys.hash64`` are ``hashes``: the same as ``rows``."""
         return group_rows([self], tf.zeros_like(hashes, tf.int32), hashes, dim, dtype)
@@ -98,8 +108,12 @@ def of_group(group, table_index: tf.Tensor, ids: tf.Tensor, hashes: tf.Tensor) -
     its own, such as the TFRA layer's) each table's by its own ``rows``.
     """
     key, tables = group.key, group.tables
-    if all(type(table.initializer) is InitialRows for table in tables):
-        return group_rows([t.initializer for t in tables], table_index, hashes, key.dim, key.value_dtype)
+    kind = type(tables[0].initializer)
+    if issubclass(kind, InitialRows) and all(type(table.initializer) is kind for table in tables):
+        initializers = [table.initializer for table in tables]
+        rows = kind.rows_of_group(initializers, table_index, hashes, key.dim, key.value_dtype)
+        if rows is not None:
+            return rows
     positions = tf.dynamic_partition(tf.range(tf.size(table_index)), table_index, len(tables))
     parts = tf.dynamic_partition(ids, table_index, len(tables))
     rows = [table.initial_rows(part) for table, part in zip(tables, parts, strict=True)]

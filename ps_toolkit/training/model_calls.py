@@ -17,7 +17,7 @@ import tensorflow as tf
 
 from ps_toolkit.base.errors import ConfigError, ToolkitError
 from ps_toolkit.base.progress_lines import LOG_ONLY_PREFIX
-from ps_toolkit.dynamic_embedding.lookups import batched_lookups
+from ps_toolkit.dynamic_embedding.lookup_batches import batched_lookups
 from ps_toolkit.training.model_api import InputContext, ModeKeys, ModelDefinition, ModelSpec
 
 MODEL_SCOPE = "model"

@@ -1,0 +1,98 @@
+"""A TFRA script's lookups of many tables, made with no model_fn around them, are read together before the graph
+runs (compat/tfra/deferred_reads.py): one read per ps, the rows of reads made at once, and never zeros.
+
+In-process: ``install.install()`` serves ``tensorflow_recommenders_addons``; each test builds its own graph.
+"""
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from ps_toolkit_compat.tfra import install
+
+CPU = "/cpu:0"
+PS = ["/job:ps/task:0", "/job:ps/task:1"]
+IDS = [[3, 9, 4], [12, 9, 2**40]]
+
+
+@pytest.fixture
+def de():
+    install.install()
+    try:
+        from tensorflow_recommenders_addons import dynamic_embedding
+
+        yield dynamic_embedding
+    finally:
+        install.uninstall()
+
+
+def _fields(de, count, devices):
+    return [de.get_variable(f"field_{i}", dim=4, devices=devices) for i in range(count)]
+
+
+def _finds(graph) -> int:
+    return sum(op.type == "LookupTableFindV2" for op in graph.get_operations())
+
+
+def test_the_lookups_of_26_tables_are_read_with_one_find_per_ps_when_the_graph_finalizes(de):
+    with tf.Graph().as_default() as graph:
+        variables = _fields(de, 26, PS)
+        ids = tf.constant(IDS, tf.int64)
+        for field, variable in enumerate(variables):
+            de.embedding_lookup(variable, ids[:, field % 3], name=f"field_{field}")
+        assert _finds(graph) == 0  # not read yet
+        graph.finalize()
+        assert _finds(graph) == 2
+
+
+def test_deferred_rows_train_as_rows_read_at_once(de):
+    def train(defer: bool):
+        with tf.Graph().as_default() as graph:
+            step = tf.compat.v1.train.get_or_create_global_step()
+            variables = _fields(de, 3, [CPU, CPU])
+            ids = tf.compat.v1.placeholder(tf.int64, [2, 3])
+            if defer:
+                rows = [de.embedding_lookup(v, ids[:, f]) for f, v in enumerate(variables)]
+            else:  # a lookup under a control dependency is read at once
+                with tf.control_dependencies([tf.no_op()]):
+                    rows = [de.embedding_lookup(v, ids[:, f]) for f, v in enumerate(variables)]
+            loss = tf.add_n([tf.reduce_sum(tf.square(r - 0.5)) for r in rows])
+            optimizer = de.DynamicEmbeddingOptimizer(tf.compat.v1.train.AdamOptimizer(0.1))
+            train_op = optimizer.minimize(loss, global_step=step)
+            with tf.compat.v1.Session(graph=graph) as session:
+                session.run(tf.compat.v1.global_variables_initializer())
+                for offset in range(3):
+                    session.run(train_op, {ids: np.array(IDS) + offset})
+                finds = _finds(graph)
+                return session.run(rows, {ids: IDS}), finds
+
+    (deferred, deferred_finds), (at_once, at_once_finds) = train(True), train(False)
+    for got, want in zip(deferred, at_once, strict=True):
+        np.testing.assert_array_equal(got, want)
+    assert deferred_finds < at_once_finds
+
+
+def test_a_train_step_needs_no_feed_of_the_evaluation_lookups(de):
+    with tf.Graph().as_default() as graph:
+        (variable,) = _fields(de, 1, [CPU, CPU])
+        train_ids = tf.data.Dataset.from_tensors(tf.constant(IDS[0], tf.int64)).repeat()
+        train_ids = tf.compat.v1.data.make_one_shot_iterator(train_ids).get_next()
+        eval_ids = tf.compat.v1.placeholder(tf.int64, [None])
+        train_rows = de.embedding_lookup(variable, train_ids)
+        eval_rows = de.embedding_lookup(variable, eval_ids)
+        with tf.compat.v1.Session(graph=graph) as session:
+            trained = session.run(train_rows)  # the evaluation's placeholder is not fed
+            evaluated = session.run(eval_rows, {eval_ids: IDS[0]})
+    np.testing.assert_array_equal(trained, evaluated)
+
+
+def test_a_graph_run_by_a_route_that_reads_nothing_fails_naming_the_table(de):
+    with tf.Graph().as_default() as graph:
+        (variable,) = _fields(de, 1, [CPU])
+        rows = de.embedding_lookup(variable, tf.constant(IDS[0], tf.int64))
+        graph_def = graph.as_graph_def()  # exported before any run: its stand-in was never read
+    with tf.Graph().as_default() as copy:
+        (copied,) = tf.compat.v1.import_graph_def(graph_def, return_elements=[rows.name], name="")
+        with tf.compat.v1.Session(graph=copy) as session:
+            with pytest.raises(tf.errors.InvalidArgumentError, match="dynamic table .*field_0.* was never read"):
+                session.run(copied)
