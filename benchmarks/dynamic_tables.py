@@ -3,10 +3,11 @@
     python -m benchmarks.dynamic_tables [--rows=1000000] [--dim=32] [--repeats=5] [--slots=2] [--only_save]
 
 Each measurement runs in a fresh subprocess (its memory is its own):
-``MutableHashTable`` (what ps_toolkit.dynamic_embedding uses) against
-``DenseHashTable``: the seconds to insert ``rows`` rows, the median seconds
-of a lookup of 65,536 ids (half known), the resident memory the filled table
-adds; then a dynamic table of ``rows`` rows (one shard) saved by the
+the shard's own table (``hash_tables.HashTable``, what ps_toolkit.dynamic_embedding
+uses: a dense hash table keyed by [table tag, mixed id], the ids hashed in the
+measured ops) beside core TensorFlow's ``MutableHashTable`` and ``DenseHashTable``
+on plain ids: the seconds to insert ``rows`` rows, the median seconds of a lookup
+of 65,536 ids (half known), the resident memory the filled table adds; then a dynamic table of ``rows`` rows (one shard) saved by the
 tf.compat.v1 Saver (with ``--slots`` optimizer slots of as many rows): its
 resident memory before, and the peak during, the save. Prints one JSON line per measurement.
 """
@@ -89,6 +90,48 @@ def _table_speed(kind: str, rows: int, dim: int, repeats: int) -> dict:
     }
 
 
+def _shard_speed(rows: int, dim: int, repeats: int) -> dict:
+    """The shard's own table, as a step reaches it: ids hashed to stored keys, then one insert or find."""
+    import numpy as np
+    import tensorflow as tf
+
+    from ps_toolkit.dynamic_embedding import keys
+    from ps_toolkit.dynamic_embedding.hash_tables import HashTable
+
+    tag = keys.table_tag("benchmark")
+    with tf.Graph().as_default() as graph:
+        table = HashTable("benchmark/rows", tf.int64, tf.float32, dim, float("nan"), None)
+        ids = tf.compat.v1.placeholder(tf.int64, [None])
+        values = tf.compat.v1.placeholder(tf.float32, [None, dim])
+        stored = keys.stored_keys(tf.int64, tag, ids, keys.hash64(ids))
+        insert, find = table.insert(stored, values), table.find(stored)
+        session = tf.compat.v1.Session(graph=graph)
+    fill = np.random.default_rng(0).permutation(2 * rows)[:rows].astype(np.int64) + 1
+    rows_values = np.random.default_rng(2).normal(size=(rows, dim)).astype(np.float32)
+    before = _rss_mb()
+    started = time.perf_counter()
+    session.run(insert, {ids: fill, values: rows_values})
+    insert_seconds = time.perf_counter() - started
+    table_mb = _rss_mb() - before
+    queries = np.random.default_rng(1).integers(1, 2 * rows, LOOKUP_BATCH).astype(np.int64)
+    session.run(find, {ids: queries})  # warm
+    times = []
+    for _ in range(repeats):
+        started = time.perf_counter()
+        session.run(find, {ids: queries})
+        times.append(time.perf_counter() - started)
+    session.close()
+    return {
+        "measure": "shard_hash_table",
+        "rows": rows,
+        "dim": dim,
+        "insert_seconds": round(insert_seconds, 3),
+        "lookup_65536_median_ms": round(1000 * statistics.median(times), 2),
+        "table_mb": round(table_mb, 1),
+        "values_mb": round(rows * dim * 4 / 2**20, 1),
+    }
+
+
 def _save_peak(rows: int, dim: int, slots: int) -> dict:
     import numpy as np
     import tensorflow as tf
@@ -138,17 +181,19 @@ def main(argv=None) -> None:
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--slots", type=int, default=0, help="optimizer slots in the saved shard (Adam: 2)")
     parser.add_argument("--only_save", action="store_true", help="only the save measurement")
-    parser.add_argument("--one", choices=["mutable", "dense", "save"], help=argparse.SUPPRESS)
+    parser.add_argument("--one", choices=["shard", "mutable", "dense", "save"], help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.one:
         if args.one == "save":
             record = _save_peak(args.rows, args.dim, args.slots)
+        elif args.one == "shard":
+            record = _shard_speed(args.rows, args.dim, args.repeats)
         else:
             record = _table_speed(args.one, args.rows, args.dim, args.repeats)
         print(json.dumps(record), flush=True)
         return
     env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"}
-    for one in ("save",) if args.only_save else ("mutable", "dense", "save"):
+    for one in ("save",) if args.only_save else ("shard", "mutable", "dense", "save"):
         command = [sys.executable, "-m", "benchmarks.dynamic_tables", f"--one={one}"]
         command += [f"--rows={args.rows}", f"--dim={args.dim}", f"--repeats={args.repeats}", f"--slots={args.slots}"]
         done = subprocess.run(command, capture_output=True, text=True, env=env, timeout=900, check=False)
