@@ -93,6 +93,29 @@ def test_a_graph_run_by_a_route_that_reads_nothing_fails_naming_the_table(de):
         graph_def = graph.as_graph_def()  # exported before any run: its stand-in was never read
     with tf.Graph().as_default() as copy:
         (copied,) = tf.compat.v1.import_graph_def(graph_def, return_elements=[rows.name], name="")
-        with tf.compat.v1.Session(graph=copy) as session:
-            with pytest.raises(tf.errors.InvalidArgumentError, match="dynamic table .*field_0.* was never read"):
-                session.run(copied)
+        never_read = pytest.raises(tf.errors.InvalidArgumentError, match="dynamic table .*field_0.* was never read")
+        with tf.compat.v1.Session(graph=copy) as session, never_read:
+            session.run(copied)
+
+
+@pytest.mark.parametrize("where", ["v2 cond", "v2 while_loop", "tf.function"])
+def test_a_lookup_in_a_functions_graph_is_read_at_once(de, where):
+    was_v2 = tf.compat.v1.control_flow_v2_enabled()
+    tf.compat.v1.enable_control_flow_v2()  # as after only disable_eager_execution()
+    try:
+        with tf.Graph().as_default() as graph:
+            variable = de.get_variable("field_0", dim=4, devices=[CPU], initializer=1.0)
+            ids = tf.constant(IDS[0], tf.int64)
+            if where == "v2 cond":
+                read = lambda: de.embedding_lookup(variable, ids)  # noqa: E731
+                rows = tf.compat.v1.cond(tf.constant(True), read, lambda: tf.zeros([3, 4]))
+            elif where == "v2 while_loop":
+                body = lambda i, total: (i + 1, total + de.embedding_lookup(variable, ids))  # noqa: E731
+                rows = tf.while_loop(lambda i, _: i < 1, body, (0, tf.zeros([3, 4])))[1]
+            else:
+                rows = tf.function(lambda x: de.embedding_lookup(variable, x))(ids)
+            with tf.compat.v1.Session(graph=graph) as session:
+                np.testing.assert_array_equal(session.run(rows), np.ones([3, 4]))
+    finally:
+        if not was_v2:
+            tf.compat.v1.disable_control_flow_v2()
