@@ -133,6 +133,7 @@ def _failing(empty: tf.Tensor, message: str) -> tf.Tensor:
 
 _STACKS = threading.local()
 _DEFERRED: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # graph -> its open deferred batch, or None
+_READ_LOCK = threading.Lock()  # held by a deferred read and by every run's check for one
 
 
 @contextlib.contextmanager
@@ -163,12 +164,17 @@ def defer_until_run(graph=None) -> None:
 
 
 def read_deferred(graph) -> None:
-    """Reads the lookups of ``graph`` that wait to be read, if any (before a run of the graph)."""
-    batch = _DEFERRED.get(graph)
-    if batch is None or not batch.pending:
-        return
-    with graph.as_default(), graph.name_scope(None), tf.control_dependencies(None), tf.compat.v1.device(None):
-        batch.read()
+    """Reads the lookups of ``graph`` that wait to be read, if any (before a run of the graph).
+
+    A run in another thread (a queue runner's) waits for a read under way: run before the stand-ins are
+    joined to their rows, a session would keep the unread graph and fail every step.
+    """
+    with _READ_LOCK:
+        batch = _DEFERRED.get(graph)
+        if batch is None or not batch.pending:
+            return
+        with graph.as_default(), graph.name_scope(None), tf.control_dependencies(None), tf.compat.v1.device(None):
+            batch.read()
 
 
 def open_batch():
