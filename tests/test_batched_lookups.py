@@ -98,3 +98,22 @@ def test_a_block_ended_by_an_error_leaves_nothing_pending_for_the_next():
             rows = de.lookup(table, ids)
         with tf.compat.v1.Session(graph=graph) as session:
             np.testing.assert_array_equal(session.run(rows), session.run(de.lookup(table, ids)))
+
+
+def test_a_lookup_whose_ids_use_another_lookups_rows_is_read_after_it():
+    with tf.Graph().as_default() as graph:
+        first, second = _field_tables(2, [CPU, CPU], initializer=de.InitialRows("uniform", 0.3, seed=5))
+        ids = tf.constant(IDS, tf.int64)
+        with batched_lookups():
+            rows = de.lookup(first, ids)
+            # Ids made from the first lookup's rows (data), and ids made only after them (control).
+            from_rows = ids + tf.cast(tf.reduce_sum(rows) > 1e9, tf.int64)
+            with tf.control_dependencies([rows]):
+                after_rows = tf.identity(ids)
+            later = [de.lookup(second, from_rows), de.lookup(second, after_rows)]
+        with tf.compat.v1.Session(graph=graph) as session:  # one read for them all would be its own input
+            got = session.run(later)
+            want = session.run(de.lookup(second, ids))
+    for rows_read in got:
+        np.testing.assert_array_equal(rows_read, want)
+    assert np.any(want != 0)

@@ -4,10 +4,13 @@ runs (compat/tfra/deferred_reads.py): one read per ps, the rows of reads made at
 In-process: ``install.install()`` serves ``tensorflow_recommenders_addons``; each test builds its own graph.
 """
 
+import threading
+
 import numpy as np
 import pytest
 import tensorflow as tf
 
+from ps_toolkit.dynamic_embedding import lookup_batches, shard_reads
 from ps_toolkit_compat.tfra import install
 
 CPU = "/cpu:0"
@@ -93,6 +96,73 @@ def test_a_graph_run_by_a_route_that_reads_nothing_fails_naming_the_table(de):
         graph_def = graph.as_graph_def()  # exported before any run: its stand-in was never read
     with tf.Graph().as_default() as copy:
         (copied,) = tf.compat.v1.import_graph_def(graph_def, return_elements=[rows.name], name="")
-        with tf.compat.v1.Session(graph=copy) as session:
-            with pytest.raises(tf.errors.InvalidArgumentError, match="dynamic table .*field_0.* was never read"):
-                session.run(copied)
+        never_read = pytest.raises(tf.errors.InvalidArgumentError, match="dynamic table .*field_0.* was never read")
+        with tf.compat.v1.Session(graph=copy) as session, never_read:
+            session.run(copied)
+
+
+@pytest.mark.parametrize("where", ["v2 cond", "v2 while_loop", "tf.function"])
+def test_a_lookup_in_a_functions_graph_is_read_at_once(de, where):
+    was_v2 = tf.compat.v1.control_flow_v2_enabled()
+    tf.compat.v1.enable_control_flow_v2()  # as after only disable_eager_execution()
+    try:
+        with tf.Graph().as_default() as graph:
+            variable = de.get_variable("field_0", dim=4, devices=[CPU], initializer=1.0)
+            ids = tf.constant(IDS[0], tf.int64)
+            if where == "v2 cond":
+                read = lambda: de.embedding_lookup(variable, ids)  # noqa: E731
+                rows = tf.compat.v1.cond(tf.constant(True), read, lambda: tf.zeros([3, 4]))
+            elif where == "v2 while_loop":
+                body = lambda i, total: (i + 1, total + de.embedding_lookup(variable, ids))  # noqa: E731
+                rows = tf.while_loop(lambda i, _: i < 1, body, (0, tf.zeros([3, 4])))[1]
+            else:
+                rows = tf.function(lambda x: de.embedding_lookup(variable, x))(ids)
+            with tf.compat.v1.Session(graph=graph) as session:
+                np.testing.assert_array_equal(session.run(rows), np.ones([3, 4]))
+    finally:
+        if not was_v2:
+            tf.compat.v1.disable_control_flow_v2()
+
+
+class _SeenLock:
+    """A lock that tells when a thread other than the one holding it comes to take it."""
+
+    def __init__(self):
+        self._lock, self.other_came = threading.Lock(), threading.Event()
+        self.holder = None
+
+    def __enter__(self):
+        if self.holder is not None and self.holder != threading.get_ident():
+            self.other_came.set()
+        self._lock.acquire()
+        self.holder = threading.get_ident()
+
+    def __exit__(self, *exc):
+        self.holder = None
+        self._lock.release()
+
+
+def test_a_run_in_another_thread_waits_for_a_read_under_way(de, monkeypatch):
+    lock = _SeenLock()
+    monkeypatch.setattr(lookup_batches, "_READ_LOCK", lock)
+    read_together, runs, runners = shard_reads.read_together, [], []
+    with tf.Graph().as_default() as graph:
+        variable = de.get_variable("field_0", dim=4, devices=[CPU], initializer=1.0)
+        rows = de.embedding_lookup(variable, tf.constant(IDS[0], tf.int64))
+        other = tf.constant(1.0) + 1
+        session = tf.compat.v1.Session(graph=graph)
+
+        def read_while_another_thread_runs(*args):
+            # A queue runner's thread runs the graph while this thread's run is reading the lookups.
+            runner = threading.Thread(target=lambda: runs.append(session.run(other)))
+            runner.start()
+            runners.append(runner)
+            assert lock.other_came.wait(60), "the other thread's run did not wait for the read"
+            return read_together(*args)
+
+        monkeypatch.setattr(shard_reads, "read_together", read_while_another_thread_runs)
+        with session:
+            got = session.run(rows)  # an unread graph, once run, is what the session keeps
+            runners[0].join(60)
+    np.testing.assert_array_equal(got, np.ones([3, 4]))
+    assert runs == [2.0]

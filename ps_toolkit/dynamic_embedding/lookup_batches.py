@@ -58,14 +58,23 @@ class _Batch:
         return rows
 
     def read(self) -> None:
-        """Reads every pending lookup, by group and by the inputs its ids depend on; feeds each stand-in."""
+        """Reads every pending lookup, by group and by the inputs its ids depend on; feeds each stand-in.
+
+        A lookup whose ids depend on another pending lookup's rows is read after it, in a later read:
+        one read for both would be its own input (a cycle).
+        """
         pending, self.pending = self.pending, []
-        together, sources = {}, _InputSources()
+        sources = _InputSources({stand_in for _, _, stand_in in pending})
+        waves, together = {}, {}
         for table, ids, stand_in in pending:
-            key = (id(table.group), sources.of(ids))
+            inputs, after = sources.of(ids)
+            waves[stand_in] = wave = 1 + max((waves[earlier] for earlier in after), default=-1)
+            key = (wave, id(table.group), inputs)
             together.setdefault(key, (table.group, []))[1].append((table, ids, stand_in))
         with tf.name_scope("batched_lookups"):
-            for group, lookups in together.values():
+            # Keys in wave order: a read's ids may use the rows of the waves before it only.
+            for key in sorted(together, key=lambda k: k[0]):
+                group, lookups = together[key]
                 # The ids' side of the read goes where the first lookup was made (its worker).
                 with tf.compat.v1.device(lookups[0][2].device or None):
                     rows = shard_reads.read_together(group, [(table, ids) for table, ids, _ in lookups])
@@ -74,16 +83,19 @@ class _Batch:
 
 
 class _InputSources:
-    """The feeds and input draws each tensor depends on (memoized over one read)."""
+    """The feeds and input draws each tensor depends on, and the pending stand-ins it uses (memoized over one
+    read)."""
 
-    def __init__(self):
+    def __init__(self, stand_ins: set):
+        self._stand_ins = stand_ins
         self._of_op: dict = {}
 
-    def of(self, tensor: tf.Tensor) -> frozenset:
-        """The names of the input ops ``tensor`` depends on, through data and control inputs."""
+    def of(self, tensor: tf.Tensor) -> tuple[frozenset, frozenset]:
+        """(the names of the input ops, the pending stand-ins) ``tensor`` depends on, through data and control
+        inputs."""
         return self._of(tensor.op)
 
-    def _of(self, op) -> frozenset:
+    def _of(self, op) -> tuple[frozenset, frozenset]:
         # Post-order without recursion (an input pipeline's chain may be longer than Python's limit); an op
         # met again while its inputs are being visited closes a loop's back edge and adds nothing.
         stack, visiting = [(op, False)], set()
@@ -99,10 +111,13 @@ class _InputSources:
                 stack.append((current, True))
                 stack.extend((u, False) for u in upstream if u not in self._of_op)
                 continue
-            found = {current.name} if _is_input(current) else set()
+            inputs = {current.name} if _is_input(current) else set()
+            stand_ins = {current} if current in self._stand_ins else set()
             for u in upstream:
-                found |= self._of_op.get(u, frozenset())
-            self._of_op[current] = frozenset(found)
+                u_inputs, u_stand_ins = self._of_op.get(u, (frozenset(), frozenset()))
+                inputs |= u_inputs
+                stand_ins |= u_stand_ins
+            self._of_op[current] = (frozenset(inputs), frozenset(stand_ins))
         return self._of_op[op]
 
 
@@ -118,6 +133,7 @@ def _failing(empty: tf.Tensor, message: str) -> tf.Tensor:
 
 _STACKS = threading.local()
 _DEFERRED: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # graph -> its open deferred batch, or None
+_READ_LOCK = threading.Lock()  # held by a deferred read and by every run's check for one
 
 
 @contextlib.contextmanager
@@ -138,18 +154,27 @@ def batched_lookups():
 
 def defer_until_run(graph=None) -> None:
     """Lookups made in ``graph`` outside loops, conds, control dependencies and ``batched_lookups`` blocks
-    wait for ``read_deferred``, to be read together."""
+    wait for ``read_deferred``, to be read together (none in a function's graph)."""
     graph = graph or tf.compat.v1.get_default_graph()
+    if graph.building_function:
+        # A function's graph (a tf.function, a v2 cond's branch or loop's body) is never run by a session nor
+        # finalized: its lookups are read at once.
+        return
     _DEFERRED.setdefault(graph, None)
 
 
 def read_deferred(graph) -> None:
-    """Reads the lookups of ``graph`` that wait to be read, if any (before a run of the graph)."""
-    batch = _DEFERRED.get(graph)
-    if batch is None or not batch.pending:
-        return
-    with graph.as_default(), graph.name_scope(None), tf.control_dependencies(None), tf.compat.v1.device(None):
-        batch.read()
+    """Reads the lookups of ``graph`` that wait to be read, if any (before a run of the graph).
+
+    A run in another thread (a queue runner's) waits for a read under way: run before the stand-ins are
+    joined to their rows, a session would keep the unread graph and fail every step.
+    """
+    with _READ_LOCK:
+        batch = _DEFERRED.get(graph)
+        if batch is None or not batch.pending:
+            return
+        with graph.as_default(), graph.name_scope(None), tf.control_dependencies(None), tf.compat.v1.device(None):
+            batch.read()
 
 
 def open_batch():
