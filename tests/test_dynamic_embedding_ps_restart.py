@@ -51,8 +51,13 @@ def _live_ids(address: str, table: str, shard: int, num_shards: int) -> set:
         found = shard_records.entries(group_shard, group_shard.rows)
         stored, _ = shard_records.of_table(found, group_shard.group.tables.index(made))
         ids = keys.ids_of(tf.int64, stored)
-        with tf.compat.v1.Session(f"grpc://{address}", graph=graph) as session:
-            return set(session.run(ids).tolist())
+    # Only the ops the ids need, in a graph of their own: the group also made the other shards' tables,
+    # on ps that a session to this one ps cannot place ops on.
+    needed = tf.compat.v1.graph_util.extract_sub_graph(graph.as_graph_def(), [ids.op.name])
+    with tf.Graph().as_default() as pruned:
+        (pruned_ids,) = tf.compat.v1.import_graph_def(needed, return_elements=[ids.name], name="")
+        with tf.compat.v1.Session(f"grpc://{address}", graph=pruned) as session:
+            return set(session.run(pruned_ids).tolist())
 
 
 # Enough steps that the chief is still training at a kill, however long its own start took:
