@@ -118,8 +118,9 @@ def test_trainable_wrapper_update_op_and_device(de):
             ids = _ids([4])
         _, wrapper = de.embedding_lookup(var, ids, return_trainable=True)
         assert "CPU:0" in wrapper.device
-        session.run(wrapper.update_op())  # the table already holds what training wrote
-        assert session.run(var.size()) == 0
+        session.run(wrapper.update_op())  # as TFRA: an id with no row gets its initial row
+        assert session.run(var.size()) == 1
+        assert session.run(var.lookup(ids)).tolist() == [[0.0]]
         session.run(wrapper.update_op(v0=tf.constant([[3.0]])))
         assert session.run(var.lookup(_ids([4]))).tolist() == [[3.0]]
 
