@@ -4,6 +4,9 @@ runs (compat/tfra/deferred_reads.py): one read per ps, the rows of reads made at
 In-process: ``install.install()`` serves ``tensorflow_recommenders_addons``; each test builds its own graph.
 """
 
+import os
+import sys
+
 import numpy as np
 import pytest
 import tensorflow as tf
@@ -96,3 +99,15 @@ def test_a_graph_run_by_a_route_that_reads_nothing_fails_naming_the_table(de):
         with tf.compat.v1.Session(graph=copy) as session:
             with pytest.raises(tf.errors.InvalidArgumentError, match="dynamic table .*field_0.* was never read"):
                 session.run(copied)
+
+
+def test_a_first_lookup_made_inside_its_own_session_run_call_is_read():
+    # In a fresh process: ``sess.run`` is bound before its argument makes the process's first lookup.
+    from fixtures_legacy.launch import RUN_LEGACY
+    from taskrun import run_script
+
+    script = os.path.join(os.path.dirname(os.path.abspath(__file__)), "fixtures_legacy", "tfra_first_lookup_run.py")
+    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2")
+    proc = run_script([sys.executable, RUN_LEGACY, script], timeout=120, env=env)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert proc.stdout.strip().splitlines()[-1] == "[[0.5, 0.5], [0.5, 0.5]]"

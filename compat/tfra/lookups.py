@@ -19,6 +19,9 @@ from ps_toolkit_compat.tfra.variable import Variable
 
 COMBINERS = ("mean", "sqrtn", "sum")
 
+# Sessions read deferred lookups from the moment TFRA is imported (see deferred_reads.install).
+deferred_reads.install()
+
 
 class TrainableWrapper:
     """What TFRA's ``return_trainable=True`` gave: the lookup's handle for an optimizer's ``var_list``.
