@@ -7,9 +7,10 @@ the shard's own table (``hash_tables.HashTable``, what ps_toolkit.dynamic_embedd
 uses: a dense hash table keyed by [table tag, mixed id], the ids hashed in the
 measured ops) beside core TensorFlow's ``MutableHashTable`` and ``DenseHashTable``
 on plain ids: the seconds to insert ``rows`` rows, the median seconds of a lookup
-of 65,536 ids (half known), the resident memory the filled table adds; then a dynamic table of ``rows`` rows (one shard) saved by the
-tf.compat.v1 Saver (with ``--slots`` optimizer slots of as many rows): its
-resident memory before, and the peak during, the save. Prints one JSON line per measurement.
+of 65,536 ids (half known), the resident memory the filled table adds; then a
+dynamic table of ``rows`` rows (one shard) saved by the tf.compat.v1 Saver (with
+``--slots`` optimizer slots of as many rows): its resident memory before, and the
+peak during, the save. Prints one JSON line per measurement.
 """
 
 from __future__ import annotations

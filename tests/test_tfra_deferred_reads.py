@@ -4,6 +4,8 @@ runs (compat/tfra/deferred_reads.py): one read per ps, the rows of reads made at
 In-process: ``install.install()`` serves ``tensorflow_recommenders_addons``; each test builds its own graph.
 """
 
+import os
+import sys
 import threading
 
 import numpy as np
@@ -166,3 +168,15 @@ def test_a_run_in_another_thread_waits_for_a_read_under_way(de, monkeypatch):
             runners[0].join(60)
     np.testing.assert_array_equal(got, np.ones([3, 4]))
     assert runs == [2.0]
+
+
+def test_a_first_lookup_made_inside_its_own_session_run_call_is_read():
+    # In a fresh process: ``sess.run`` is bound before its argument makes the process's first lookup.
+    from fixtures_legacy.launch import RUN_LEGACY
+    from taskrun import run_script
+
+    script = os.path.join(os.path.dirname(os.path.abspath(__file__)), "fixtures_legacy", "tfra_first_lookup_run.py")
+    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2")
+    proc = run_script([sys.executable, RUN_LEGACY, script], timeout=120, env=env)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert proc.stdout.strip().splitlines()[-1] == "[[0.5, 0.5], [0.5, 0.5]]"

@@ -118,8 +118,9 @@ def test_trainable_wrapper_update_op_and_device(de):
             ids = _ids([4])
         _, wrapper = de.embedding_lookup(var, ids, return_trainable=True)
         assert "CPU:0" in wrapper.device
-        session.run(wrapper.update_op())  # the table already holds what training wrote
-        assert session.run(var.size()) == 0
+        session.run(wrapper.update_op())  # as TFRA: an id with no row gets its initial row
+        assert session.run(var.size()) == 1
+        assert session.run(var.lookup(ids)).tolist() == [[0.0]]
         session.run(wrapper.update_op(v0=tf.constant([[3.0]])))
         assert session.run(var.lookup(_ids([4]))).tolist() == [[3.0]]
 
@@ -233,3 +234,12 @@ def test_int32_values_are_kept_exactly_and_read_back_as_int32(de):
         rows = var.lookup(_ids([3, 1, 4]))
         assert rows.dtype == tf.int32 and session.run(rows).tolist() == [[2**31 - 1], [1], [-1]]
         assert var.trainable is False  # never trained, as TFRA could not train integer values
+
+
+def test_glorot_rows_are_drawn_per_id_with_the_fans_of_the_lookup(de):
+    # TFRA 0.7.2 drew [ids, dim] with fan_in = the ids read: every id its own row, stddev sqrt(2 / (ids + dim)).
+    with tf.Graph().as_default(), tf.compat.v1.Session() as session:
+        var = de.get_variable("glorot", dim=8, initializer=tf.keras.initializers.get("glorot_normal"))
+        rows = session.run(de.embedding_lookup(var, _ids(list(range(4000)))))
+        assert len(np.unique(rows, axis=0)) == 4000
+        assert abs(rows.std() / np.sqrt(2.0 / 4008) - 1.0) < 0.05

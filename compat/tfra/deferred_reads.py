@@ -24,11 +24,17 @@ _installed = False
 
 def defer_lookups(graph) -> None:
     """Lookups made next in ``graph`` at its top level are read together before it next runs."""
-    _install()
+    install()
     lookup_batches.defer_until_run(graph)
 
 
-def _install() -> None:
+def install() -> None:
+    """Makes every session's ``run`` and ``make_callable`` and ``Graph.finalize`` read first; idempotent.
+
+    Called when the TFRA layer is imported, before any lookup: ``sess.run(de.embedding_lookup(...))``
+    takes the bound ``run`` before its argument makes the first lookup, so a patch made by that
+    lookup would come too late for its own run.
+    """
     global _installed
     with _INSTALL_LOCK:
         if _installed:

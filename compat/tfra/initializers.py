@@ -5,10 +5,9 @@ initializers become a pure function of the id (ps_toolkit's InitialRows), so
 an id reads the same row on every worker and in the exported model: normal
 (``RandomNormal``, ``random_normal_initializer``), truncated normal, uniform,
 zeros, ones and constants keep their parameters. Any other initializer
-(VarianceScaling, ...) is called per lookup with shape [ids, dim], as TFRA did;
-its rows are then random per lookup, not per id. One that needs a static shape
-(Glorot, He: their scale comes from ``len(shape)``) gives, as in TFRA, one row
-of shape [dim] per lookup for all its ids.
+is called per lookup with shape [ids, dim], as TFRA did; its rows are then
+random per lookup, not per id. A VarianceScaling one (Glorot, He), which needs a
+static shape, draws as TFRA 0.7.2 did: [ids, dim] with fans from that shape.
 """
 
 from __future__ import annotations
@@ -88,6 +87,8 @@ class CalledRows(InitialRows):
     initializer: object = None
 
     def rows(self, ids: tf.Tensor, dim: int, dtype: tf.DType) -> tf.Tensor:
+        if all(hasattr(self.initializer, name) for name in ("scale", "mode", "distribution")):
+            return tf.cast(_variance_scaled(self.initializer, ids, dim), dtype)
         try:
             return tf.cast(self.initializer(tf.stack([tf.size(ids), dim]), dtype=dtype), dtype)
         except (TypeError, ValueError):
@@ -95,6 +96,28 @@ class CalledRows(InitialRows):
             # fell back to, one row of [dim] drawn per lookup, read by every id of that lookup.
             row = tf.cast(self.initializer([dim], dtype=dtype), dtype)
             return tf.tile(row[None, :], tf.stack([tf.size(ids), 1]))
+
+
+# The stddev of a normal truncated at two stddevs, as a share of the untruncated one (TF's VarianceScaling).
+_TRUNCATED_STDDEV = 0.87962566103423978
+
+
+def _variance_scaled(initializer, ids: tf.Tensor, dim: int) -> tf.Tensor:
+    """[ids, dim] float32 drawn as ``initializer`` (Glorot, He, VarianceScaling) draws a [ids, dim] variable.
+
+    Its fans come from the ids read now (fan_in) and ``dim`` (fan_out), as TFRA 0.7.2 drew them for the ids
+    of each shard read; the initializer itself needs a static shape, which a lookup's ids do not have.
+    """
+    count = tf.cast(tf.size(ids), tf.float32)
+    fans = {"fan_in": count, "fan_out": tf.constant(float(dim)), "fan_avg": (count + dim) / 2.0}
+    variance = float(initializer.scale) / tf.maximum(1.0, fans[initializer.mode])
+    shape = tf.stack([tf.size(ids), dim])
+    if initializer.distribution == "uniform":
+        limit = tf.sqrt(3.0 * variance)
+        return tf.random.uniform(shape, -limit, limit)
+    if initializer.distribution == "truncated_normal":
+        return tf.random.truncated_normal(shape, stddev=tf.sqrt(variance) / _TRUNCATED_STDDEV)
+    return tf.random.normal(shape, stddev=tf.sqrt(variance))  # "normal", "untruncated_normal"
 
 
 def _per_id(initializers, field: str, table_index: tf.Tensor) -> tf.Tensor:

@@ -19,6 +19,9 @@ from ps_toolkit_compat.tfra.variable import Variable
 
 COMBINERS = ("mean", "sqrtn", "sum")
 
+# Sessions read deferred lookups from the moment TFRA is imported (see deferred_reads.install).
+deferred_reads.install()
+
 
 class TrainableWrapper:
     """What TFRA's ``return_trainable=True`` gave: the lookup's handle for an optimizer's ``var_list``.
@@ -39,10 +42,15 @@ class TrainableWrapper:
         return self.ids.device
 
     def update_op(self, v0=None):
-        """TFRA wrote the wrapper's trained rows back to the table; here training writes the table itself, so
-        there is nothing left to write: a no-op (``v0``, rows to write instead, upserts them)."""
+        """Upserts the wrapper's rows (``v0``, or the ids' rows as read now) into the table, as TFRA did.
+
+        Training writes the table itself, so an id that has a row gets it back unchanged; an id that has
+        none gets its initial row inserted, as TFRA's write-back of the looked-up rows did (TFRA's tests
+        count the table's rows after it).
+        """
         if v0 is None:
-            return tf.no_op(name="update_op")
+            with tf.name_scope("update_op"):
+                v0 = read_rows(self.params, self.ids)
         return self.params.upsert(self.ids, v0)
 
     def __repr__(self):
