@@ -111,6 +111,8 @@ def test_a_restarted_ps_gets_its_table_shards_back_from_the_checkpoint(tmp_path)
         local.kill("ps", 1)
         # The chief's session fails with ps:1 gone: no checkpoint is written until it restored one.
         restored = tf.train.latest_checkpoint(checkpoint_dir)
+        # Read now: once the chief restored it and trains on, newer saves rotate it away (max_to_keep).
+        saved_ids = {table: _checkpoint_ids(restored, table, 1, 2) for table in TABLES}
         local.restart("ps", 1)
         address = local.addresses["ps:1"]
         logwatch.wait_until(lambda: reachable(address), 60, f"ps:1 serving at {address}")
@@ -118,7 +120,7 @@ def test_a_restarted_ps_gets_its_table_shards_back_from_the_checkpoint(tmp_path)
         restored_step = int(restored.rsplit("-", 1)[1])
         logwatch.wait_for_step(chief, restored_step + 20, timeout=180, after_time=restarted_at)
         for table in TABLES:
-            saved = _checkpoint_ids(restored, table, 1, 2)
+            saved = saved_ids[table]
             live = _live_ids(address, table, 1, 2)
             assert saved, f"{restored} holds no {table} rows for shard 1"
             missing = saved - live
