@@ -40,6 +40,20 @@ def local_cluster(tmp_path):
 
 
 @pytest.fixture
+def de():
+    """TFRA's ``dynamic_embedding`` module as the compat layer serves it in this process, for one test."""
+    from ps_toolkit_compat.tfra import install
+
+    install.install()
+    try:
+        from tensorflow_recommenders_addons import dynamic_embedding
+
+        yield dynamic_embedding
+    finally:
+        install.uninstall()
+
+
+@pytest.fixture
 def own_fork_server(monkeypatch):
     """Launches in this test start a fork server of their own, not the session's host server."""
     from ps_toolkit.process import fork_client

@@ -13,22 +13,10 @@ import pytest
 import tensorflow as tf
 
 from ps_toolkit.dynamic_embedding import lookup_batches, shard_reads
-from ps_toolkit_compat.tfra import install
 
 CPU = "/cpu:0"
 PS = ["/job:ps/task:0", "/job:ps/task:1"]
 IDS = [[3, 9, 4], [12, 9, 2**40]]
-
-
-@pytest.fixture
-def de():
-    install.install()
-    try:
-        from tensorflow_recommenders_addons import dynamic_embedding
-
-        yield dynamic_embedding
-    finally:
-        install.uninstall()
 
 
 def _fields(de, count, devices):

@@ -10,18 +10,7 @@ import tensorflow as tf
 
 from ps_toolkit import dynamic_embedding as tables
 from ps_toolkit.dynamic_embedding import table_ops
-from ps_toolkit_compat.tfra import install, refused
-
-
-@pytest.fixture
-def de():
-    install.install()
-    try:
-        from tensorflow_recommenders_addons import dynamic_embedding
-
-        yield dynamic_embedding
-    finally:
-        install.uninstall()
+from ps_toolkit_compat.tfra import refused
 
 
 def _ids(values):

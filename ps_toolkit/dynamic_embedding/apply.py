@@ -84,10 +84,8 @@ def add_group(updates: dict, group, table_steps: list) -> None:
     ids, grads, counts = (
         tf.concat(parts, 0) if len(parts) > 1 else parts[0] for parts in list(zip(*table_steps, strict=True))[1:]
     )
-    sizes = tf.stack([tf.size(step[1]) for step in table_steps])
-    indices = [group.tables.index(step[0]) for step in table_steps]
-    table_index = tf.repeat(tf.constant(indices, tf.int32), sizes)
-    tags = tf.gather(tf.constant([table.tag for table in group.tables], tf.int64), table_index)
+    sizes = [tf.size(step[1]) for step in table_steps]
+    table_index, tags = group.index_and_tags([step[0] for step in table_steps], sizes, ids)
     hashes = keys.hash64(ids)
     parts = (ids, hashes, grads, counts, table_index, tags)
     if group.num_shards == 1:

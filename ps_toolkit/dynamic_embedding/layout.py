@@ -114,6 +114,18 @@ class TableGroup:
         self._by_tag[table.tag] = table
         self.tables.append(table)
 
+    def index_and_tags(self, tables: list, sizes: list, joined: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
+        """(table index, tag) of each of ``joined``, the ids of ``tables`` joined in order (``sizes[i]`` of
+        ``tables[i]``): its table's index in ``self.tables`` (int32) and its table's tag (int64; one scalar
+        when all are one table's on one shard, which the stored keys broadcast)."""
+        if len({table.name for table in tables}) == 1:
+            index = tf.fill(tf.shape(joined), self.tables.index(tables[0]))
+            tag = tf.constant(tables[0].tag, tf.int64)
+            return index, tag if self.num_shards == 1 else tf.fill(tf.shape(joined), tag)
+        indices = [self.tables.index(table) for table in tables]
+        index = tf.repeat(tf.constant(indices, tf.int32), tf.stack(sizes))
+        return index, tf.gather(tf.constant([table.tag for table in self.tables], tf.int64), index)
+
     def table_index(self, tags: tf.Tensor) -> tf.Tensor:
         """The index in ``self.tables`` (int32) of each tag's table; tags of tables not in this graph's group
         get an index past the end."""

@@ -27,20 +27,11 @@ def read_together(group: TableGroup, table_ids: list) -> list[tf.Tensor]:
     ids = tf.concat([ids for _, ids in table_ids], 0) if len(table_ids) > 1 else table_ids[0][1]
     hashes = keys.hash64(ids)
     sizes = [tf.size(ids) for _, ids in table_ids]
-    if len({table.name for table, _ in table_ids}) == 1:
-        table = table_ids[0][0]
-        table_index = tf.fill(tf.shape(hashes), group.tables.index(table))
-        tags = tf.constant(table.tag, tf.int64)
-    else:
-        indices = [group.tables.index(table) for table, _ in table_ids]
-        table_index = tf.repeat(tf.constant(indices, tf.int32), tf.stack(sizes))
-        tags = tf.gather(tf.constant([t.tag for t in group.tables], tf.int64), table_index)
+    table_index, tags = group.index_and_tags([table for table, _ in table_ids], sizes, ids)
     if group.num_shards == 1:
         rows = _read_group_shard(group.shards[0], ids, hashes, table_index, tags)
     else:
         shard = keys.shard_of_bucket(keys.save_bucket(hashes), group.num_shards)
-        if tags.shape.rank == 0:
-            tags = tf.fill(tf.shape(hashes), tags)
         count = group.num_shards
         parts = zip(*[tf.dynamic_partition(t, shard, count) for t in (ids, hashes, table_index, tags)], strict=True)
         positions = tf.dynamic_partition(tf.range(tf.size(ids)), shard, count)
