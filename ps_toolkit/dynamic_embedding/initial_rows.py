@@ -1,10 +1,13 @@
 """The row an id reads before it was ever trained: a pure function of (id, column, seed), so every replica agrees.
 
 No random op and no per-id state: the id's 64-bit hash is mixed with the
-column's index and the seed (splitmix64), and the bits are mapped to a
-uniform in [-scale, scale] or a normal of stddev ``scale`` (Box-Muller on two
-such draws). The same id gets the same row on every worker, on every ps, in
-every restart and in the exported model.
+index of a pair of columns and the seed (splitmix64), and each 64-bit word is
+cut into two 32-bit uniforms: two columns of a uniform in [-scale, scale], or
+(Box-Muller, both its cosine and its sine) two columns of a normal of stddev
+``scale``. The same id gets the same row on every worker, on every ps, in
+every restart and in the exported model. The draws are float32 and one mixing
+serves two columns because a new id's row is computed on the ps in the step
+that reads it: at a million ids per field most of a step's ids are new.
 """
 
 from __future__ import annotations
@@ -18,7 +21,7 @@ from ps_toolkit.base.errors import ConfigError
 from ps_toolkit.dynamic_embedding import keys
 
 DISTRIBUTIONS = ("normal", "uniform", "constant")
-_SALT_SECOND_DRAW = 0x5851F42D4C957F2D
+_SALT = 0x5851F42D4C957F2D
 
 
 @dataclasses.dataclass(frozen=True)
@@ -89,16 +92,16 @@ def group_rows(initializers, table_index: tf.Tensor, hashes: tf.Tensor, dim: int
         ``[len(hashes), dim]``: for each id what its table's ``InitialRows.rows`` gives it.
     """
     (distribution,) = {initializer.distribution for initializer in initializers}
-    scale = tf.gather(tf.constant([i.scale for i in initializers], tf.float64), table_index)[:, None]
+    scale = tf.gather(tf.constant([i.scale for i in initializers], tf.float32), table_index)[:, None]
     if distribution == "constant":
         return tf.cast(tf.broadcast_to(scale, tf.stack([tf.size(hashes), dim])), dtype)
-    seeds = [i.seed for i in initializers]
-    first = _uniform01(hashes, dim, _salted(seeds, 0, table_index))
+    first, second = _uniform_pairs(hashes, (dim + 1) // 2, _salted([i.seed for i in initializers], table_index))
     if distribution == "uniform":
-        return tf.cast((2.0 * first - 1.0) * scale, dtype)
-    second = _uniform01(hashes, dim, _salted(seeds, _SALT_SECOND_DRAW, table_index))
-    normal = tf.sqrt(-2.0 * tf.math.log(first)) * tf.cos(2.0 * math.pi * second)
-    return tf.cast(normal * scale, dtype)
+        draws = tf.concat([first, second], axis=1) * 2.0 - 1.0
+    else:
+        radius, angle = tf.sqrt(-2.0 * tf.math.log(first)), (2.0 * math.pi) * second
+        draws = tf.concat([radius * tf.cos(angle), radius * tf.sin(angle)], axis=1)
+    return tf.cast(draws[:, :dim] * scale, dtype)
 
 
 def of_group(group, table_index: tf.Tensor, ids: tf.Tensor, hashes: tf.Tensor) -> tf.Tensor:
@@ -120,20 +123,24 @@ def of_group(group, table_index: tf.Tensor, ids: tf.Tensor, hashes: tf.Tensor) -
     return tf.reshape(tf.dynamic_stitch(positions, rows), tf.stack([tf.size(table_index), key.dim]))
 
 
-def _salted(seeds, salt: int, table_index: tf.Tensor) -> tf.Tensor:
-    """Each id's seed word (uint64): its table's seed mixed with ``salt``."""
-    words = [(seed * 0x2545F4914F6CDD1D + salt) % 2**64 for seed in seeds]
+def _salted(seeds, table_index: tf.Tensor) -> tf.Tensor:
+    """Each id's seed word (uint64): its table's seed, multiplied out so near seeds differ in every bit."""
+    words = [(seed * 0x2545F4914F6CDD1D + _SALT) % 2**64 for seed in seeds]
     return tf.gather(
         tf.bitcast(tf.constant([w - 2**64 if w >= 2**63 else w for w in words], tf.int64), tf.uint64), table_index
     )
 
 
-def _uniform01(hashes: tf.Tensor, dim: int, seed_words: tf.Tensor) -> tf.Tensor:
-    """float64 values in (0, 1), shape [len(hashes), dim], from the id's hash, the column and its seed word."""
+def _uniform_pairs(hashes: tf.Tensor, pairs: int, seed_words: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
+    """Two float32 tensors [len(hashes), pairs] of values in (0, 1]: the high and the low 32 bits of one mixing.
+
+    Each value is (k + 0.5) / 2**32 for a 32-bit k, so never 0 (Box-Muller's log(0)); float32 may round the
+    largest up to 1.0, whose log is 0, a finite draw.
+    """
     per_id = tf.bitwise.bitwise_xor(hashes, seed_words)
-    columns = tf.range(1, dim + 1, dtype=tf.int64)
+    columns = tf.range(1, pairs + 1, dtype=tf.int64)
     column_offsets = tf.bitcast(columns, tf.uint64) * tf.constant(keys.GOLDEN, tf.uint64)
     bits = keys.mix64(per_id[:, None] + column_offsets[None, :])
-    # The top 52 bits, shifted by half a step: never 0 (log(0)) and never 1.
-    top = tf.cast(tf.bitwise.right_shift(bits, tf.constant(12, tf.uint64)), tf.float64)
-    return (top + 0.5) / float(2**52)
+    high = tf.bitwise.right_shift(bits, tf.constant(32, tf.uint64))
+    low = tf.bitwise.bitwise_and(bits, tf.constant(0xFFFFFFFF, tf.uint64))
+    return tuple((tf.cast(half, tf.float32) + 0.5) * (1.0 / 2**32) for half in (high, low))
