@@ -232,3 +232,19 @@ def test_glorot_rows_are_drawn_per_id_with_the_fans_of_the_lookup(de):
         rows = session.run(de.embedding_lookup(var, _ids(list(range(4000)))))
         assert len(np.unique(rows, axis=0)) == 4000
         assert abs(rows.std() / np.sqrt(2.0 / 4008) - 1.0) < 0.05
+
+
+def test_bfloat16_rows_are_kept_as_float32_read_as_bfloat16_and_trained(de):
+    with tf.Graph().as_default(), tf.compat.v1.Session() as session:
+        var = de.get_variable("bf16", tf.int64, tf.bfloat16, dim=2, initializer=0.5)
+        session.run(var.upsert(_ids([1, 2]), tf.constant([[1.0, 2.0], [3.0, 4.0]], tf.bfloat16)))
+        rows, exists = var.lookup(_ids([1, 3]), return_exists=True)
+        assert rows.dtype == tf.bfloat16
+        found, found_exists = session.run([rows, exists])
+        assert found.astype(np.float32).tolist() == [[1.0, 2.0], [0.5, 0.5]] and found_exists.tolist() == [True, False]
+        embedded = de.embedding_lookup(var, _ids([1, 2]), name="bf16_lookup")
+        loss = tf.reduce_sum(tf.square(tf.cast(embedded, tf.float32)))
+        session.run(de.DynamicEmbeddingOptimizer(tf.compat.v1.train.GradientDescentOptimizer(0.1)).minimize(loss))
+        trained = session.run(var.lookup(_ids([1, 2]))).astype(np.float32)
+        # row - 0.1 * 2 * row, read back rounded to bfloat16 (8 bits of mantissa).
+        assert np.allclose(trained, [[0.8, 1.6], [2.4, 3.2]], rtol=1 / 128)

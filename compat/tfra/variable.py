@@ -37,6 +37,17 @@ SERVED_VALUE_DTYPES = (tf.float32, tf.float64, tf.half, tf.bfloat16)
 STORED_AS_FLOAT64 = (tf.int32, tf.int8)
 
 
+def _stored_dtype(value_dtype: tf.DType) -> tf.DType:
+    """The dtype a Variable's rows are kept in: its own, float64 for integers, float32 for bfloat16.
+
+    TensorFlow has no CPU hash table kernel of bfloat16 values, so bfloat16 rows are kept as float32
+    (exact: every bfloat16 is a float32) and read back rounded to bfloat16.
+    """
+    if value_dtype in STORED_AS_FLOAT64:
+        return tf.float64
+    return tf.float32 if value_dtype == tf.bfloat16 else value_dtype
+
+
 def default_partition_fn(keys, shard_num):
     """TFRA's default partitioner, accepted for scripts that pass it; the tables shard by their own hash."""
     return tf.cast(keys % shard_num, dtype=tf.int32)
@@ -125,7 +136,7 @@ class Variable(tf_internals.trackable_base()):
         self.dim, self.name = dim, name
         # Integer values are never trained (TFRA could not train them either).
         self.trainable = trainable and self.value_dtype not in STORED_AS_FLOAT64
-        self.table_value_dtype = tf.float64 if self.value_dtype in STORED_AS_FLOAT64 else self.value_dtype
+        self.table_value_dtype = _stored_dtype(self.value_dtype)
         self.partition_fn, self.shared_name = partitioner, shared_name or f"shared_name.{name}"
         self.checkpoint, self.init_size, self.bp_v2 = checkpoint, arguments.checked_init_size(init_size, name), bp_v2
         self.short_file_name = short_file_name
