@@ -289,11 +289,24 @@ def test_a_table_name_used_twice_is_refused_unless_reused():
                 de.get_table("user", 8)
 
 
+def test_python_ints_are_ids_of_an_int64_table_as_tf_lookups_take_them():
+    with tf.Graph().as_default() as graph:
+        table = de.get_table("t", 3, devices=[CPU] * 2)
+        from_list, from_tensor = de.lookup(table, [1, 2]), de.lookup(table, tf.constant([1, 2], tf.int64))
+        nested = de.lookup(table, [[1], [2]])
+        with _session(graph) as session:
+            got, want, rows = session.run([from_list, from_tensor, nested])
+    np.testing.assert_array_equal(got, want)
+    np.testing.assert_array_equal(rows[:, 0], want)
+
+
 def test_ids_of_another_dtype_and_unknown_combiners_are_refused():
     with tf.Graph().as_default():
         table = de.get_table("t", 2)
         with pytest.raises(ConfigError, match="has int64 keys; got string ids"):
             de.lookup(table, tf.constant(["a"]))
+        with pytest.raises(ConfigError, match="has int64 keys; got float32 ids"):
+            de.lookup(table, [1.5, 2.0])
         sp_ids = tf.SparseTensor([[0, 0]], tf.constant([1], tf.int64), [1, 1])
         with pytest.raises(ConfigError, match="combiner 'max' is not one of sum, mean, sqrtn"):
             de.lookup_sparse(table, sp_ids, combiner="max")

@@ -58,10 +58,12 @@ def test_errors_are_the_types_tfra_raised(probe):
     out = probe["defaults_and_errors"]
     assert (out["key_dtype"], out["value_dtype"], out["dim"]) == ("int64", "float32", 1)
     assert out["reused"] is True
+    assert out["python_ints"] == [2, 1]
     expected = {
         "same_name": ("ValueError", "Variable t1 already exists, disallowed"),
         "bad_dtypes": ("TypeError", "key-value dtype (float32-float32) is not support"),
         "ids_dtype": ("TypeError", "params.key_dtype should be same with ids.dtype"),
+        "float_ids": ("TypeError", "params.key_dtype should be same with ids.dtype"),
         "two_params": ("ValueError", "Only one params is allowed."),
         "not_a_variable": ("TypeError", "params should be a Variable instance."),
         "bad_combiner": ("ValueError", "combiner must be one of 'mean', 'sqrtn' or 'sum'"),

@@ -68,7 +68,12 @@ def _variable(params) -> Variable:
 
 
 def _ids(params: Variable, ids) -> tf.Tensor:
-    ids = ids if isinstance(ids, tf.Tensor) else tf.convert_to_tensor(ids, dtype=params.key_dtype)
+    if not isinstance(ids, tf.Tensor):
+        # Python ints take the key dtype, as TF's lookups take them; floats keep theirs, for TFRA's TypeError.
+        try:
+            ids = tf.convert_to_tensor(ids, dtype=params.key_dtype)
+        except (TypeError, ValueError):
+            ids = tf.convert_to_tensor(ids)
     if ids.dtype != params.key_dtype:
         raise errors.TfraTypeError(
             f"params.key_dtype should be same with ids.dtype: {params.key_dtype!r} vs. {ids.dtype!r}"

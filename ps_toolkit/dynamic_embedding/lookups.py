@@ -41,7 +41,7 @@ def lookup(table: DynamicTable, ids, name: str | None = None) -> tf.Tensor:
 
     Args:
         table: a DynamicTable from ``get_table``.
-        ids: a tensor of ids of any shape, of the table's key dtype.
+        ids: ids of any shape: a tensor of the table's key dtype, or Python ints / strings (taken as that dtype).
         name: a name scope for the ops.
 
     Returns:
@@ -135,6 +135,13 @@ def records_of_graph(graph=None) -> list[LookupRecord]:
 
 
 def _ids_tensor(table: DynamicTable, ids) -> tf.Tensor:
+    if not isinstance(ids, (tf.Tensor, tf.SparseTensor)):
+        # Python ints (and lists of them) take the table's key dtype, as TF's own lookups take them;
+        # what cannot (floats, strings for int64 keys) is converted as it is, for the one-line error below.
+        try:
+            ids = tf.convert_to_tensor(ids, dtype=table.key_dtype)
+        except (TypeError, ValueError):
+            ids = tf.convert_to_tensor(ids)
     ids = tf.convert_to_tensor(ids)
     if ids.dtype != table.key_dtype:
         raise ConfigError(f"dynamic table {table.name!r} has {table.key_dtype.name} keys; got {ids.dtype.name} ids")

@@ -43,6 +43,8 @@ def defaults_and_errors():
     out["reused"] = first is second
     out["bad_dtypes"] = error_of(lambda: de.get_variable("t2", key_dtype=tf.float32, value_dtype=tf.float32))
     out["ids_dtype"] = error_of(lambda: de.embedding_lookup(var, tf.constant([1, 2], tf.int32)))
+    out["python_ints"] = de.embedding_lookup(var, [1, 2]).shape.as_list()  # TF's own lookups take Python ints
+    out["float_ids"] = error_of(lambda: de.embedding_lookup(var, [1.5, 2.0]))
     out["two_params"] = error_of(lambda: de.embedding_lookup([var, var], tf.constant([1], tf.int64)))
     out["not_a_variable"] = error_of(lambda: de.embedding_lookup(tf.zeros([3, 2]), tf.constant([1], tf.int64)))
     sparse = tf.sparse.from_dense(tf.constant([[1, 2]], tf.int64))
