@@ -90,6 +90,14 @@ CASES = {
     ),
     "census_customestimator": Case("census_customestimator", CENSUS, cluster=ESTIMATOR, data="census"),
     "census_estimator": Case("census_estimator", CENSUS, cluster=ESTIMATOR, data="census"),
+    # tf.contrib.learn.datasets.DATASETS['mnist'] reads the local IDX files; train_and_evaluate, then export.
+    "kubeflow_examples_mnist": Case(
+        "kubeflow_examples_mnist",
+        ["model.py", "--tf-data-dir={data}", "--tf-model-dir={out}/model", "--tf-export-dir={out}/export"]
+        + ["--tf-train-steps=30", "--tf-model-type=LINEAR", "--tf-batch-size=20"],
+        cluster=ESTIMATOR,
+        data="idx",
+    ),
     # Cloud ML Engine's TF_CONFIG: the chief is "master".
     "census_tensorflowcore": Case(
         "census_tensorflowcore",
