@@ -248,3 +248,35 @@ def test_bfloat16_rows_are_kept_as_float32_read_as_bfloat16_and_trained(de):
         trained = session.run(var.lookup(_ids([1, 2]))).astype(np.float32)
         # row - 0.1 * 2 * row, read back rounded to bfloat16 (8 bits of mantissa).
         assert np.allclose(trained, [[0.8, 1.6], [2.4, 3.2]], rtol=1 / 128)
+
+
+def test_timestamp_policy_without_a_global_step_orders_ids_by_wall_clock(de, monkeypatch):
+    # TFRA's timestamp was the wall-clock second; a graph with no global step used to mark every id at 0.
+    clock = [1_000.2]
+    monkeypatch.setattr(tf, "timestamp", lambda: tf.numpy_function(lambda: np.float64(clock[0]), [], tf.float64))
+    with tf.Graph().as_default(), tf.compat.v1.Session() as session:
+        var = de.get_variable("stamps", dim=2, initializer=-0.1, devices=["/CPU:0", "/CPU:0"])
+        ids = tf.compat.v1.placeholder(tf.int64)
+        policy = de.TimestampRestrictPolicy(var)
+        update = policy.apply_update(ids)
+        session.run(update, {ids: [0, 1, 2]})
+        clock[0] = 1_003.7
+        session.run(update, {ids: [1, 2, 3]})
+        keys, stamps = session.run(policy.status.export())
+        assert dict(zip(keys.tolist(), stamps.tolist(), strict=True)) == {0: 1000, 1: 1003, 2: 1003, 3: 1003}
+
+
+def test_a_trainable_wrapper_is_its_rows_in_a_loss(de):
+    # TFRA's own save/restore test trains `var0 * var0`, the wrapper used as the tensor of its rows.
+    with tf.Graph().as_default(), tf.compat.v1.Session() as session:
+        params = de.get_variable("wrapped", dim=2, initializer=0.5)
+        _, var0 = de.embedding_lookup(params, _ids([1, 2]), return_trainable=True, name="w")
+        loss = tf.reduce_sum(var0 * var0) + tf.reduce_sum(-var0)
+        step = de.DynamicEmbeddingOptimizer(tf.compat.v1.train.GradientDescentOptimizer(0.1)).minimize(
+            lambda: loss, var_list=[var0]
+        )
+        session.run(tf.compat.v1.global_variables_initializer())
+        session.run(step)
+        # d/dx (x^2 - x) at 0.5 is 0: the rows stay; a second wrapper op reads them as a tensor too.
+        assert np.allclose(session.run(tf.convert_to_tensor(var0)), [[0.5, 0.5], [0.5, 0.5]])
+        assert var0 in [var0] and var0 != _  # identity equality, as a var_list needs
