@@ -280,3 +280,28 @@ def test_a_trainable_wrapper_is_its_rows_in_a_loss(de):
         # d/dx (x^2 - x) at 0.5 is 0: the rows stay; a second wrapper op reads them as a tensor too.
         assert np.allclose(session.run(tf.convert_to_tensor(var0)), [[0.5, 0.5], [0.5, 0.5]])
         assert var0 in [var0] and var0 != _  # identity equality, as a var_list needs
+
+
+def test_wrappers_and_shard_tables_are_named_as_tfra_named_them(de):
+    with tf.Graph().as_default():
+        ids = _ids([0, 1, 2])
+        sparse = tf.SparseTensor(tf.constant([[0, 0], [1, 0]], tf.int64), _ids([3, 4]), tf.constant([2, 2], tf.int64))
+        named = []
+        for _ in range(2):
+            with tf.compat.v1.variable_scope("test", reuse=tf.compat.v1.AUTO_REUSE):
+                p1 = de.get_variable(name="p1")
+                with tf.compat.v1.variable_scope("q"):
+                    named.append(de.embedding_lookup(p1, ids, name="emb", return_trainable=True)[1].name)
+                    named.append(de.embedding_lookup_sparse(p1, sparse, None, name="sp", return_trainable=True)[1].name)
+                    named.append(
+                        de.safe_embedding_lookup_sparse(p1, sparse, name="safe", return_trainable=True)[1].name
+                    )
+        assert named == [
+            "test/q/emb/emb:0",
+            "test/q/sp/embedding_lookup/sp/embedding_lookup:0",
+            "test/q/safe/embedding_lookup_sparse/embedding_lookup/safe/embedding_lookup_sparse/embedding_lookup:0",
+            "test/q/emb/emb_1:0",
+            "test/q/sp/embedding_lookup/sp/embedding_lookup_1:0",
+            "test/q/safe/embedding_lookup_sparse/embedding_lookup/safe/embedding_lookup_sparse/embedding_lookup_1:0",
+        ]
+        assert p1.tables[0].name == "test_p1_mht_1of1"

@@ -114,8 +114,14 @@ def _ids(params: Variable, ids) -> tf.Tensor:
 
 
 def _wrapper(params: Variable, ids: tf.Tensor, name: str | None, rows: tf.Tensor | None = None) -> TrainableWrapper:
-    key = name or tf.compat.v1.get_default_graph().unique_name("_anonymous_trainable_store_key")
-    wrapper = TrainableWrapper(params, ids, key, modes.get_model_mode(), rows)
+    """The wrapper of TFRA's ``embedding_lookup(name=name)``, keyed and named as TFRA's wrapper variable was:
+    ``SCOPE/NAME/NAME:0`` (``NAME_1`` for the next lookup of that name)."""
+    graph = tf.compat.v1.get_default_graph()
+    scope = tf.compat.v1.get_variable_scope().name
+    with tf.name_scope((f"{scope}/" if scope else "") + (name or "embedding_lookup") + "/"):
+        key = name or graph.unique_name("_anonymous_trainable_store_key")
+        full_name = (graph.unique_name(name) if name else key) + ":0"
+    wrapper = TrainableWrapper(params, ids, full_name, modes.get_model_mode(), rows)
     params.trainable_store[key] = wrapper
     return wrapper
 
@@ -178,7 +184,8 @@ def embedding_lookup_sparse(
             combined = tables.lookup_sparse(params.table, table_ids, sp_weights, combiner=combiner)
         else:
             combined = _combined(params, values, sp_ids, sp_weights, combiner, max_norm)
-    return (combined, _wrapper(params, values, name)) if return_trainable else combined
+    # TFRA's sparse lookup made its wrapper by an embedding_lookup named NAME/embedding_lookup.
+    return (combined, _wrapper(params, values, name and f"{name}/embedding_lookup")) if return_trainable else combined
 
 
 def _combined(params: Variable, values, sp_ids, sp_weights, combiner: str, max_norm) -> tf.Tensor:
@@ -232,7 +239,7 @@ def safe_embedding_lookup_sparse(
             ids,
             weights,
             combiner=combiner,
-            name="embedding_lookup_sparse",
+            name=f"{name or 'safe_embedding_lookup_sparse'}/embedding_lookup_sparse",  # TFRA's wrapper names
             max_norm=max_norm,
             return_trainable=return_trainable,
         )

@@ -93,7 +93,7 @@ class ShardTable(tf_internals.trackable_base()):
     def __init__(self, variable, index: int):
         self._variable, self._index = variable, index
         self._shard = variable.table.shards[index]
-        self.name = f"{variable.name}_mht_{index + 1}of{variable.shard_num}"
+        self.name = f"{variable.name.replace('/', '_')}_mht_{index + 1}of{variable.shard_num}"  # TFRA's table names
 
     @property
     def resource_handle(self) -> tf.Tensor:
