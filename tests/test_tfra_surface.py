@@ -305,3 +305,30 @@ def test_wrappers_and_shard_tables_are_named_as_tfra_named_them(de):
             "test/q/safe/embedding_lookup_sparse/embedding_lookup/safe/embedding_lookup_sparse/embedding_lookup_1:0",
         ]
         assert p1.tables[0].name == "test_p1_mht_1of1"
+
+
+def test_a_saver_of_the_variables_and_slots_tables_saves_each_once(de, tmp_path):
+    # TFRA's test_training_save_restore: Saver(params.tables + each slot's tables), Adam, restored whole.
+    with tf.Graph().as_default():
+        opt = de.DynamicEmbeddingOptimizer(tf.compat.v1.train.AdamOptimizer(0.3))
+        params = de.get_variable("saved", dim=3, initializer=tf.compat.v1.random_normal_initializer(0.0, 0.01))
+        _, var0 = de.embedding_lookup(params, _ids([1, 2, 5]), return_trainable=True, name="ff")
+        step = opt.minimize(lambda: var0 * var0, var_list=[var0])
+        slots = params.get_slot_variables(opt)
+        saver = tf.compat.v1.train.Saver([*params.tables, *[t for slot in slots for t in slot.tables]])
+        exports = [params.export(), *[slot.export() for slot in slots]]
+        with tf.compat.v1.Session() as session:
+            session.run(tf.compat.v1.global_variables_initializer())
+            for _ in range(3):
+                session.run(step)
+            before = session.run(exports)
+            saver.save(session, str(tmp_path / "hash"))
+        with tf.compat.v1.Session() as session:
+            session.run(tf.compat.v1.global_variables_initializer())
+            assert session.run(params.size()) == 0
+            saver.restore(session, str(tmp_path / "hash"))
+            after = session.run(exports)
+    assert len(slots) == 2
+    for (ids_before, rows_before), (ids_after, rows_after) in zip(before, after, strict=True):
+        assert sorted(ids_before.tolist()) == sorted(ids_after.tolist()) == [1, 2, 5]
+        assert np.allclose(np.sort(rows_before, axis=0), np.sort(rows_after, axis=0))
