@@ -332,3 +332,42 @@ def test_a_saver_of_the_variables_and_slots_tables_saves_each_once(de, tmp_path)
     for (ids_before, rows_before), (ids_after, rows_after) in zip(before, after, strict=True):
         assert sorted(ids_before.tolist()) == sorted(ids_after.tolist()) == [1, 2, 5]
         assert np.allclose(np.sort(rows_before, axis=0), np.sort(rows_after, axis=0))
+
+
+def test_shard_tables_save_and_load_tfra_key_value_files(de, tmp_path):
+    # TFRA's raw format: DIR/NAME-keys holds the int64 keys' bytes, DIR/NAME-values the float32 rows'.
+    folder = f"file://{tmp_path}/kv"
+    with tf.Graph().as_default(), tf.compat.v1.Session() as session:
+        table = de.Variable(key_dtype=tf.int64, value_dtype=tf.float32, initializer=-1.0, name="t1", dim=2)
+        session.run(table.upsert(_ids([0, 1, 2]), tf.constant([[0.0, 0.5], [1.0, 1.5], [2.0, 2.5]])))
+        session.run([t.save_to_file_system(f"{folder}/{k}") for k, t in enumerate(table.tables)])
+    keys = np.fromfile(tmp_path / "kv" / "0" / "t1_mht_1of1-keys", np.int64)
+    values = np.fromfile(tmp_path / "kv" / "0" / "t1_mht_1of1-values", np.float32).reshape(-1, 2)
+    assert dict(zip(keys.tolist(), values.tolist(), strict=True)) == {0: [0, 0.5], 1: [1, 1.5], 2: [2, 2.5]}
+    # Files of another sharding (TFRA's, here made by hand) load onto this one's shards.
+    np.array([7, 8], np.int64).tofile(tmp_path / "kv" / "theirs-keys")
+    np.array([[7, 7], [8, 8]], np.float32).tofile(tmp_path / "kv" / "theirs-values")
+    with tf.Graph().as_default(), tf.compat.v1.Session() as session:
+        table = de.Variable(name="t1", dim=2, initializer=-1.0, devices=["/CPU:0", "/CPU:0"])
+        session.run(table.tables[1].load_from_file_system(f"{folder}/0", file_name="t1_mht_1of1"))
+        session.run(table.tables[0].load_from_file_system(f"{folder}", file_name="theirs"))
+        assert session.run(table.size()) == 5
+        assert session.run(table.lookup(_ids([2, 8, 9]))).tolist() == [[2, 2.5], [8, 8], [-1, -1]]
+        np.array([1, 2, 3], np.int64).tofile(tmp_path / "kv" / "short-keys")
+        np.array([[1, 1]], np.float32).tofile(tmp_path / "kv" / "short-values")
+        with pytest.raises(tf.errors.InvalidArgumentError, match="keys number in file .*short-keys"):
+            session.run(table.tables[0].load_from_file_system(folder, file_name="short"))
+
+
+def test_a_variable_saves_and_loads_its_shards_files_under_tfra_names(de, tmp_path):
+    with tf.Graph().as_default(), tf.compat.v1.Session() as session:
+        table = de.get_variable("scope/t2", dim=1, initializer=-1.0, devices=["/CPU:0", "/CPU:0"])
+        session.run(table.upsert(_ids([3, 4, 5, 6]), tf.constant([[3.0], [4.0], [5.0], [6.0]])))
+        session.run(table.save_to_file_system(str(tmp_path)))
+    assert sorted(p.name for p in tmp_path.iterdir()) == [
+        f"scope_t2_mht_{i}of2_rank0_size1-{part}" for i in (1, 2) for part in ("keys", "values")
+    ]
+    with tf.Graph().as_default(), tf.compat.v1.Session() as session:
+        table = de.get_variable("scope/t2", dim=1, initializer=-1.0, devices=["/CPU:0"] * 3)
+        session.run(table.tables[0].load_from_file_system(str(tmp_path), "scope_t2_mht_1of2", load_entire_dir=True))
+        assert session.run(table.lookup(_ids([3, 4, 5, 6, 7]))).ravel().tolist() == [3, 4, 5, 6, -1]

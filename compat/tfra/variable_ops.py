@@ -14,7 +14,7 @@ from ps_toolkit import dynamic_embedding as tables
 from ps_toolkit.dynamic_embedding import keys as table_keys
 from ps_toolkit.dynamic_embedding import shard_records, table_ops
 from ps_toolkit_compat import tf_internals
-from ps_toolkit_compat.tfra import errors
+from ps_toolkit_compat.tfra import errors, kv_files
 
 
 def _keys(variable, keys) -> tf.Tensor:
@@ -117,6 +117,38 @@ class ShardTable(tf_internals.trackable_base()):
             ids = table_keys.ids_of(table.key_dtype, stored)
             ids = tf.cast(ids, tf.int32) if self._variable.key_dtype == tf.int32 else ids
             return ids, self._variable.read_values(rows)
+
+    @property
+    def variable(self):
+        return self._variable
+
+    def save_to_file_system(
+        self,
+        dirpath,
+        file_name=None,
+        dirpath_env=kv_files.DIRPATH_ENV,
+        append_to_file=False,
+        buffer_size=None,
+        name=None,
+    ) -> tf.Operation:
+        """TFRA's: the op writing this shard's ids and rows to ``DIR/FILE-keys`` and ``DIR/FILE-values``."""
+        del buffer_size  # TFRA's I/O buffer
+        with tf.name_scope(name or f"{self.name}_save_table"):
+            return kv_files.save_shard(self, dirpath, file_name or self.name, dirpath_env, append_to_file)
+
+    def load_from_file_system(
+        self,
+        dirpath,
+        file_name=None,
+        dirpath_env=kv_files.DIRPATH_ENV,
+        load_entire_dir=False,
+        buffer_size=None,
+        name=None,
+    ) -> tf.Operation:
+        """TFRA's: the op inserting the rows of ``DIR/FILE-keys`` / ``-values`` (written here or by TFRA)."""
+        del buffer_size
+        with tf.name_scope(name or f"{self.name}_load_table"):
+            return kv_files.load_shard(self, dirpath, file_name or self.name, dirpath_env, load_entire_dir)
 
     def _gather_saveables_for_checkpoint(self):
         """A Saver's entries for this table: the shard's rows and id records; a slot's table: that slot (as in
