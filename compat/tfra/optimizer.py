@@ -21,14 +21,36 @@ import tensorflow as tf
 
 from ps_toolkit import dynamic_embedding as tables
 from ps_toolkit.base.errors import ConfigError
-from ps_toolkit_compat.tfra import lookups, variable, variable_ops
+from ps_toolkit.dynamic_embedding import keras_row_rules
+from ps_toolkit_compat.tfra import errors, lookups, variable, variable_ops
 from ps_toolkit_compat.tfra.refused import NotServedUseError
 
 _SWAPPED = {}  # optimizer class -> its table-training subclass
 
 
-class _TrainsTables:
-    """Mixed in before the optimizer's own class (see ``DynamicEmbeddingOptimizer``)."""
+class _TableSlots:
+    """The slot accessors of a table-training optimizer: a TrainableWrapper's slots are the tables' slots."""
+
+    def get_slot(self, var, name):
+        """A TrainableWrapper's slot ``name`` (TF's slot names) as TFRA's slot wrapper: ``.params`` is the slot's
+        table (``size()``, ``export()``); any other variable's slot is TF's own."""
+        if not isinstance(var, lookups.TrainableWrapper):
+            return super().get_slot(var, name)
+        rule = tables.TableOptimizer(self).rule
+        slot = {tf_name: own for own, tf_name in _TF_SLOT_NAMES.get(rule.name, {}).items()}.get(name, name)
+        if slot not in rule.slots:
+            return None
+        return SlotWrapper(SlotTable(var.params, slot), var.ids)
+
+    def get_slot_names(self):
+        """TF's slot names of the variables, and those of the slots the tables keep (in TF's names)."""
+        rule = tables.TableOptimizer(self).rule
+        table_slots = [_TF_SLOT_NAMES.get(rule.name, {}).get(name, name) for name in rule.slots]
+        return sorted(set(super().get_slot_names()) | set(table_slots))
+
+
+class _TrainsTables(_TableSlots):
+    """Mixed in before a tf.compat.v1.train optimizer's own class (see ``DynamicEmbeddingOptimizer``)."""
 
     def compute_gradients(self, loss, var_list=None, **kwargs):
         if callable(loss):  # minimize(callable): in graph mode the loss is built once, here
@@ -63,22 +85,43 @@ class _TrainsTables:
                 finished.append(tf.compat.v1.assign_add(global_step, 1).op)
             return tf.group(*updates, *finished)
 
-    def get_slot(self, var, name):
-        """A TrainableWrapper's slot ``name`` (TF's slot names) as TFRA's slot wrapper: ``.params`` is the slot's
-        table (``size()``, ``export()``); any other variable's slot is TF's own."""
-        if not isinstance(var, lookups.TrainableWrapper):
-            return super().get_slot(var, name)
-        rule = tables.TableOptimizer(self).rule
-        slot = {tf_name: own for own, tf_name in _TF_SLOT_NAMES.get(rule.name, {}).items()}.get(name, name)
-        if slot not in rule.slots:
-            return None
-        return SlotWrapper(SlotTable(var.params, slot), var.ids)
 
-    def get_slot_names(self):
-        """TF's slot names of the variables, and those of the slots the tables keep (in TF's names)."""
-        rule = tables.TableOptimizer(self).rule
-        table_slots = [_TF_SLOT_NAMES.get(rule.name, {}).get(name, name) for name in rule.slots]
-        return sorted(set(super().get_slot_names()) | set(table_slots))
+class _KerasTrainsTables(_TableSlots):
+    """Mixed in before a Keras OptimizerV2's own class: its graph-mode ``minimize`` and ``apply_gradients``
+    train the tables too, with the optimizer's own formulas and step count (``keras_row_rules``)."""
+
+    def minimize(self, loss, var_list, grad_loss=None, name=None, tape=None):
+        del tape  # graph mode: the gradients are the graph's
+        errors.require_graph_mode(f"DynamicEmbeddingOptimizer({type(self).__name__}).minimize")
+        if callable(loss):
+            loss = loss()
+        if callable(var_list):  # TFRA's tests pass a function returning the wrappers the loss made
+            var_list = var_list()
+        var_list = tf.nest.flatten(var_list)
+        wrapped = [v for v in var_list if isinstance(v, lookups.TrainableWrapper)]
+        variables = [v for v in var_list if not isinstance(v, lookups.TrainableWrapper)]
+        pairs = []
+        if variables:
+            pairs = list(zip(tf.gradients(loss, variables, grad_ys=grad_loss), variables, strict=True))
+        chosen = _trained_table_names(wrapped)
+        pairs += [(gradient, rows) for gradient, rows in tables.table_gradients(loss) if rows.table.name in chosen]
+        return self.apply_gradients(pairs, name=name)
+
+    def apply_gradients(self, grads_and_vars, name=None, experimental_aggregate_gradients=True):
+        grads_and_vars = list(grads_and_vars)
+        table_pairs = [(g, v) for g, v in grads_and_vars if tables.is_table_rows(v) and g is not None]
+        dense = [(g, v) for g, v in grads_and_vars if not tables.is_table_rows(v) and g is not None]
+        table_optimizer = tables.TableOptimizer(self)
+        # Read before the dense apply raises ``iterations``: its updates wait for the tables' below.
+        context = table_optimizer.begin_step([v for _, v in dense], table_pairs)
+        with tf.name_scope((name or self._name) + "_tables"):
+            updates = table_optimizer.table_updates(table_pairs, tf.compat.v1.train.get_global_step(), context)
+        with tf.control_dependencies(updates):
+            if dense:
+                return super().apply_gradients(
+                    dense, name=name, experimental_aggregate_gradients=experimental_aggregate_gradients
+                )
+            return tf.group(*updates, *table_optimizer.rule.finish(context, False))
 
 
 # Row rule -> {the table's slot name: TF's}, where TF's optimizer names its slot otherwise.
@@ -124,7 +167,8 @@ def _trained_table_names(wrappers) -> set:
 
 
 def DynamicEmbeddingOptimizer(self, bp_v2=False, synchronous=False, **kwargs):  # noqa: N802 (TFRA's name)
-    """Makes ``self`` (a tf.compat.v1.train optimizer) train the dynamic tables too, and returns it.
+    """Makes ``self`` (a tf.compat.v1.train optimizer, or a Keras OptimizerV2 in graph mode) train the dynamic
+    tables too, and returns it.
 
     ``bp_v2`` changes nothing (updates are computed on the ps from the row there). ``synchronous`` was
     TFRA's Horovod all-reduce: not served (use ps_toolkit's sync replicas).
@@ -132,18 +176,20 @@ def DynamicEmbeddingOptimizer(self, bp_v2=False, synchronous=False, **kwargs):  
     del bp_v2, kwargs
     if synchronous:
         raise NotServedUseError("DynamicEmbeddingOptimizer(synchronous=True) is TFRA's Horovod all-reduce; not served")
-    if not isinstance(self, tf.compat.v1.train.Optimizer):
+    keras = keras_row_rules.is_keras_optimizer(self)
+    if not keras and not isinstance(self, tf.compat.v1.train.Optimizer):
         raise NotServedUseError(
-            f"DynamicEmbeddingOptimizer({type(self).__name__}): only tf.compat.v1.train optimizers are served "
-            "(Keras optimizers train TFRA's eager path)"
+            f"DynamicEmbeddingOptimizer({type(self).__name__}): tf.compat.v1.train optimizers and Keras "
+            "OptimizerV2 ones (tensorflow.python.keras.optimizer_v2, tf_keras.optimizers.legacy) are served"
         )
     try:
         tables.TableOptimizer(self).rule  # noqa: B018 - an optimizer the tables cannot apply is refused now
     except ConfigError as err:
         raise NotServedUseError(f"DynamicEmbeddingOptimizer: {err}") from None
     cls = type(self)
-    if not issubclass(cls, _TrainsTables):
+    mixin = _KerasTrainsTables if keras else _TrainsTables
+    if not issubclass(cls, mixin):
         if cls not in _SWAPPED:
-            _SWAPPED[cls] = type(cls.__name__, (_TrainsTables, cls), {"__module__": cls.__module__})
+            _SWAPPED[cls] = type(cls.__name__, (mixin, cls), {"__module__": cls.__module__})
         self.__class__ = _SWAPPED[cls]
     return self

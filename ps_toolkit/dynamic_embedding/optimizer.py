@@ -9,7 +9,7 @@ import dataclasses
 
 import tensorflow as tf
 
-from ps_toolkit.dynamic_embedding import apply, keys, lookups, row_rules, sync_pairs
+from ps_toolkit.dynamic_embedding import apply, keras_row_rules, keys, lookups, row_rules, sync_pairs
 from ps_toolkit.dynamic_embedding.lookups import LookupRecord
 from ps_toolkit.dynamic_embedding.sync_pairs import ShardRows
 from ps_toolkit.dynamic_embedding.table import tables_of_graph
@@ -115,7 +115,10 @@ class TableOptimizer:
     def rule(self) -> row_rules.RowRule:
         """How the wrapped optimizer's formula updates rows and their slots."""
         if self._rule is None:
-            self._rule = row_rules.rule_for(self.optimizer)
+            if keras_row_rules.is_keras_optimizer(self.optimizer):
+                self._rule = keras_row_rules.rule_for(self.optimizer)
+            else:
+                self._rule = row_rules.rule_for(self.optimizer)
         return self._rule
 
     def compute_gradients(self, loss, var_list=None, **kwargs) -> list:
