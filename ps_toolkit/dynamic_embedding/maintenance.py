@@ -55,8 +55,9 @@ class TableMaintenanceHook(tf.compat.v1.train.SessionRunHook):
         with tf.name_scope("table_maintenance"):
             self._bound_inputs = {shard: eviction.bound_input(shard) for group in evicting for shard in group.shards}
             devices = {device for table in self._tables for device in table.devices}
-            self._memory = {device: ps_memory.read(device) for device in devices if device is not None}
-            self._local_memory = {None: ps_memory.memory_of_this_host()} if None in devices else {}
+            self._memory = {device: ps_memory.read(device) for device in devices if ps_memory.publishes(device)}
+            local = [device for device in devices if not ps_memory.publishes(device)]
+            self._local_memory = dict.fromkeys(local, ps_memory.memory_of_this_host()) if local else {}
             # One session.run does it all, in order: the sizes before, the eviction, the measures after.
             before = _rows_per_shard(self._tables)
             with tf.control_dependencies(_flat(before)):

@@ -6,7 +6,9 @@ equally by the ps tasks the cluster puts on the same host; or
 ``PS_TOOLKIT_PS_MEMORY_MB`` where set. It writes that figure in a small
 hash table on its own device under a shared name (``publish``), where the
 chief's table maintenance reads it (``read``): the chief's own machine says
-nothing of a ps's. A ps that has not written it yet reads 0 (unknown).
+nothing of a ps's. A ps that has not written it yet reads 0 (unknown). A
+table on a device of no ps (one local shard, a device list of the user's)
+counts the memory of the process that builds the graph.
 """
 
 from __future__ import annotations
@@ -90,14 +92,24 @@ def read(device: str | None) -> tf.Tensor:
         return found[0]
 
 
+def publish_op(device: str | None, memory: int) -> tf.Operation:
+    """The op writing ``memory`` (bytes) where ``read(device)`` finds it."""
+    table = _memory_table(device)
+    with on_device(device):
+        return tf.raw_ops.LookupTableInsertV2(
+            table_handle=table, keys=tf.constant([_KEY], tf.int64), values=tf.constant([memory], tf.int64)
+        )
+
+
 def publish(target: str, device: str, memory: int, config=None) -> None:
-    """Writes ``memory`` (bytes) where ``read(device)`` finds it, through a session on ``target``."""
+    """Runs ``publish_op`` through a session of its own on ``target`` (the ps's own server)."""
     graph = tf.Graph()
     with graph.as_default():
-        table = _memory_table(device)
-        with on_device(device):
-            insert = tf.raw_ops.LookupTableInsertV2(
-                table_handle=table, keys=tf.constant([_KEY], tf.int64), values=tf.constant([memory], tf.int64)
-            )
+        insert = publish_op(device, memory)
     with tf.compat.v1.Session(target, graph=graph, config=config) as session:
         session.run(insert)
+
+
+def publishes(device: str | None) -> bool:
+    """Whether ``device`` is a ps task's, which publishes its memory; any other is this process's host's."""
+    return device is not None and tf.DeviceSpec.from_string(device).job == "ps"
