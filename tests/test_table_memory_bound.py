@@ -181,3 +181,15 @@ def test_a_bad_memory_figure_is_one_line(text):
 def test_a_negative_max_rows_per_shard_is_refused_naming_0():
     with tf.Graph().as_default(), pytest.raises(ConfigError, match=r"max_rows_per_shard=-1 .*or 0 for no bound"):
         de.get_table("t", 2, max_rows_per_shard=-1)
+
+
+def test_a_shard_past_both_shares_at_once_says_only_the_bound_reached(one_mb, caplog):
+    session, train, hook, _ = _trainer()
+    hook.after_create_session(session, None)
+    with caplog.at_level(logging.WARNING, logger="ps_toolkit.dynamic_embedding.maintenance"):
+        train(list(range(3000)))
+        hook.maintain(session)
+        train(list(range(3000, 6000)))
+        hook.maintain(session)
+    warned = [r.getMessage() for r in caplog.records]
+    assert len(warned) == 1 and "holds 3,000 rows and reached its default bound" in warned[0], warned

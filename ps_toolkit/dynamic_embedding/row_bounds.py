@@ -23,7 +23,7 @@ from ps_toolkit.dynamic_embedding.table import UNBOUNDED
 # component beside the tables for a while, and the ps's own runtime needs the rest.
 MEMORY_SHARE = 0.4
 MIN_DEFAULT_ROWS = 1000
-WARN_SHARES = (0.8, 1.0)  # a default bound's share a shard passes: one warning each, per table
+WARN_SHARES = (0.8, 1.0)  # shares of a default bound a shard passes: one warning each per table, the highest
 DENSE_KEY_BYTES = 16  # [table tag, mixed id]
 DENSE_BUCKETS_AN_ENTRY = 2.5  # just after a doubling: 2^k buckets, 40% full
 # A string table (std::unordered_map of tensors): the node, the key string, the value array's header.
@@ -97,29 +97,30 @@ def statement(table, bound: Bound) -> str:
 
 
 class Warnings:
-    """One warning per table and share of ``WARN_SHARES`` a shard of it passes, of a default bound."""
+    """One warning per table and share of ``WARN_SHARES`` of a default bound its fullest shard passes.
+
+    A maintenance run that finds a shard past two shares at once says only the higher one.
+    """
 
     def __init__(self):
         self._said = set()
 
     def lines(self, table, bound: Bound, rows_per_shard: list) -> list:
-        """The warnings the shards' rows (before the eviction) call for, each said once."""
+        """The warning (a list of at most one line) the shards' rows before the eviction call for, if not said."""
         if bound.source != "default":
             return []
-        said = []
-        for share in WARN_SHARES:
-            shares = [rows / limit if limit else 0.0 for rows, limit in zip(rows_per_shard, bound.rows, strict=True)]
-            i = max(range(len(shares)), key=shares.__getitem__)
-            if shares[i] < share or (table.name, share) in self._said:
-                continue
-            self._said.add((table.name, share))
-            if share >= 1:
-                what, then = "reached", "its least recently seen ids are evicted"
-            else:
-                what, then = f"passed {share:.0%} of", "beyond it the least recently seen are evicted"
-            where = table.devices[i] or "local"
-            said.append(
-                f"dynamic table {table.name!r}: shard {i} ({where}) holds {rows_per_shard[i]:,} rows and {what} "
-                f"its default bound of {bound.rows[i]:,}; {then}; max_rows_per_shard sets another bound, 0 none"
-            )
-        return said
+        shares = [rows / limit if limit else 0.0 for rows, limit in zip(rows_per_shard, bound.rows, strict=True)]
+        i = max(range(len(shares)), key=shares.__getitem__)
+        passed = [share for share in WARN_SHARES if shares[i] >= share]
+        if not passed or (table.name, passed[-1]) in self._said:
+            return []
+        self._said.update((table.name, share) for share in passed)  # a share passed with a higher one: not said
+        if passed[-1] >= 1:
+            what, then = "reached", "its least recently seen ids are evicted"
+        else:
+            what, then = f"passed {passed[-1]:.0%} of", "beyond it the least recently seen are evicted"
+        where = table.devices[i] or "local"
+        return [
+            f"dynamic table {table.name!r}: shard {i} ({where}) holds {rows_per_shard[i]:,} rows and {what} "
+            f"its default bound of {bound.rows[i]:,}; {then}; max_rows_per_shard sets another bound, 0 none"
+        ]
