@@ -248,3 +248,126 @@ def test_bfloat16_rows_are_kept_as_float32_read_as_bfloat16_and_trained(de):
         trained = session.run(var.lookup(_ids([1, 2]))).astype(np.float32)
         # row - 0.1 * 2 * row, read back rounded to bfloat16 (8 bits of mantissa).
         assert np.allclose(trained, [[0.8, 1.6], [2.4, 3.2]], rtol=1 / 128)
+
+
+def test_timestamp_policy_without_a_global_step_orders_ids_by_wall_clock(de, monkeypatch):
+    # TFRA's timestamp was the wall-clock second; a graph with no global step used to mark every id at 0.
+    clock = [1_000.2]
+    monkeypatch.setattr(tf, "timestamp", lambda: tf.numpy_function(lambda: np.float64(clock[0]), [], tf.float64))
+    with tf.Graph().as_default(), tf.compat.v1.Session() as session:
+        var = de.get_variable("stamps", dim=2, initializer=-0.1, devices=["/CPU:0", "/CPU:0"])
+        ids = tf.compat.v1.placeholder(tf.int64)
+        policy = de.TimestampRestrictPolicy(var)
+        update = policy.apply_update(ids)
+        session.run(update, {ids: [0, 1, 2]})
+        clock[0] = 1_003.7
+        session.run(update, {ids: [1, 2, 3]})
+        keys, stamps = session.run(policy.status.export())
+        assert dict(zip(keys.tolist(), stamps.tolist(), strict=True)) == {0: 1000, 1: 1003, 2: 1003, 3: 1003}
+
+
+def test_a_trainable_wrapper_is_its_rows_in_a_loss(de):
+    # TFRA's own save/restore test trains `var0 * var0`, the wrapper used as the tensor of its rows.
+    with tf.Graph().as_default(), tf.compat.v1.Session() as session:
+        params = de.get_variable("wrapped", dim=2, initializer=0.5)
+        _, var0 = de.embedding_lookup(params, _ids([1, 2]), return_trainable=True, name="w")
+        loss = tf.reduce_sum(var0 * var0) + tf.reduce_sum(-var0)
+        step = de.DynamicEmbeddingOptimizer(tf.compat.v1.train.GradientDescentOptimizer(0.1)).minimize(
+            lambda: loss, var_list=[var0]
+        )
+        session.run(tf.compat.v1.global_variables_initializer())
+        session.run(step)
+        # d/dx (x^2 - x) at 0.5 is 0: the rows stay; a second wrapper op reads them as a tensor too.
+        assert np.allclose(session.run(tf.convert_to_tensor(var0)), [[0.5, 0.5], [0.5, 0.5]])
+        assert var0 in [var0] and var0 != _  # identity equality, as a var_list needs
+
+
+def test_wrappers_and_shard_tables_are_named_as_tfra_named_them(de):
+    with tf.Graph().as_default():
+        ids = _ids([0, 1, 2])
+        sparse = tf.SparseTensor(tf.constant([[0, 0], [1, 0]], tf.int64), _ids([3, 4]), tf.constant([2, 2], tf.int64))
+        named = []
+        for _ in range(2):
+            with tf.compat.v1.variable_scope("test", reuse=tf.compat.v1.AUTO_REUSE):
+                p1 = de.get_variable(name="p1")
+                with tf.compat.v1.variable_scope("q"):
+                    named.append(de.embedding_lookup(p1, ids, name="emb", return_trainable=True)[1].name)
+                    named.append(de.embedding_lookup_sparse(p1, sparse, None, name="sp", return_trainable=True)[1].name)
+                    named.append(
+                        de.safe_embedding_lookup_sparse(p1, sparse, name="safe", return_trainable=True)[1].name
+                    )
+        assert named == [
+            "test/q/emb/emb:0",
+            "test/q/sp/embedding_lookup/sp/embedding_lookup:0",
+            "test/q/safe/embedding_lookup_sparse/embedding_lookup/safe/embedding_lookup_sparse/embedding_lookup:0",
+            "test/q/emb/emb_1:0",
+            "test/q/sp/embedding_lookup/sp/embedding_lookup_1:0",
+            "test/q/safe/embedding_lookup_sparse/embedding_lookup/safe/embedding_lookup_sparse/embedding_lookup_1:0",
+        ]
+        assert p1.tables[0].name == "test_p1_mht_1of1"
+
+
+def test_a_saver_of_the_variables_and_slots_tables_saves_each_once(de, tmp_path):
+    # TFRA's test_training_save_restore: Saver(params.tables + each slot's tables), Adam, restored whole.
+    with tf.Graph().as_default():
+        opt = de.DynamicEmbeddingOptimizer(tf.compat.v1.train.AdamOptimizer(0.3))
+        params = de.get_variable("saved", dim=3, initializer=tf.compat.v1.random_normal_initializer(0.0, 0.01))
+        _, var0 = de.embedding_lookup(params, _ids([1, 2, 5]), return_trainable=True, name="ff")
+        step = opt.minimize(lambda: var0 * var0, var_list=[var0])
+        slots = params.get_slot_variables(opt)
+        saver = tf.compat.v1.train.Saver([*params.tables, *[t for slot in slots for t in slot.tables]])
+        exports = [params.export(), *[slot.export() for slot in slots]]
+        with tf.compat.v1.Session() as session:
+            session.run(tf.compat.v1.global_variables_initializer())
+            for _ in range(3):
+                session.run(step)
+            before = session.run(exports)
+            saver.save(session, str(tmp_path / "hash"))
+        with tf.compat.v1.Session() as session:
+            session.run(tf.compat.v1.global_variables_initializer())
+            assert session.run(params.size()) == 0
+            saver.restore(session, str(tmp_path / "hash"))
+            after = session.run(exports)
+    assert len(slots) == 2
+    for (ids_before, rows_before), (ids_after, rows_after) in zip(before, after, strict=True):
+        assert sorted(ids_before.tolist()) == sorted(ids_after.tolist()) == [1, 2, 5]
+        assert np.allclose(np.sort(rows_before, axis=0), np.sort(rows_after, axis=0))
+
+
+def test_shard_tables_save_and_load_tfra_key_value_files(de, tmp_path):
+    # TFRA's raw format: DIR/NAME-keys holds the int64 keys' bytes, DIR/NAME-values the float32 rows'.
+    folder = f"file://{tmp_path}/kv"
+    with tf.Graph().as_default(), tf.compat.v1.Session() as session:
+        table = de.Variable(key_dtype=tf.int64, value_dtype=tf.float32, initializer=-1.0, name="t1", dim=2)
+        session.run(table.upsert(_ids([0, 1, 2]), tf.constant([[0.0, 0.5], [1.0, 1.5], [2.0, 2.5]])))
+        session.run([t.save_to_file_system(f"{folder}/{k}") for k, t in enumerate(table.tables)])
+    keys = np.fromfile(tmp_path / "kv" / "0" / "t1_mht_1of1-keys", np.int64)
+    values = np.fromfile(tmp_path / "kv" / "0" / "t1_mht_1of1-values", np.float32).reshape(-1, 2)
+    assert dict(zip(keys.tolist(), values.tolist(), strict=True)) == {0: [0, 0.5], 1: [1, 1.5], 2: [2, 2.5]}
+    # Files of another sharding (TFRA's, here made by hand) load onto this one's shards.
+    np.array([7, 8], np.int64).tofile(tmp_path / "kv" / "theirs-keys")
+    np.array([[7, 7], [8, 8]], np.float32).tofile(tmp_path / "kv" / "theirs-values")
+    with tf.Graph().as_default(), tf.compat.v1.Session() as session:
+        table = de.Variable(name="t1", dim=2, initializer=-1.0, devices=["/CPU:0", "/CPU:0"])
+        session.run(table.tables[1].load_from_file_system(f"{folder}/0", file_name="t1_mht_1of1"))
+        session.run(table.tables[0].load_from_file_system(f"{folder}", file_name="theirs"))
+        assert session.run(table.size()) == 5
+        assert session.run(table.lookup(_ids([2, 8, 9]))).tolist() == [[2, 2.5], [8, 8], [-1, -1]]
+        np.array([1, 2, 3], np.int64).tofile(tmp_path / "kv" / "short-keys")
+        np.array([[1, 1]], np.float32).tofile(tmp_path / "kv" / "short-values")
+        with pytest.raises(tf.errors.InvalidArgumentError, match="keys number in file .*short-keys"):
+            session.run(table.tables[0].load_from_file_system(folder, file_name="short"))
+
+
+def test_a_variable_saves_and_loads_its_shards_files_under_tfra_names(de, tmp_path):
+    with tf.Graph().as_default(), tf.compat.v1.Session() as session:
+        table = de.get_variable("scope/t2", dim=1, initializer=-1.0, devices=["/CPU:0", "/CPU:0"])
+        session.run(table.upsert(_ids([3, 4, 5, 6]), tf.constant([[3.0], [4.0], [5.0], [6.0]])))
+        session.run(table.save_to_file_system(str(tmp_path)))
+    assert sorted(p.name for p in tmp_path.iterdir()) == [
+        f"scope_t2_mht_{i}of2_rank0_size1-{part}" for i in (1, 2) for part in ("keys", "values")
+    ]
+    with tf.Graph().as_default(), tf.compat.v1.Session() as session:
+        table = de.get_variable("scope/t2", dim=1, initializer=-1.0, devices=["/CPU:0"] * 3)
+        session.run(table.tables[0].load_from_file_system(str(tmp_path), "scope_t2_mht_1of2", load_entire_dir=True))
+        assert session.run(table.lookup(_ids([3, 4, 5, 6, 7]))).ravel().tolist() == [3, 4, 5, 6, -1]

@@ -27,11 +27,20 @@ class TrainableWrapper:
     """What TFRA's ``return_trainable=True`` gave: the lookup's handle for an optimizer's ``var_list``.
 
     TFRA's was a ResourceVariable holding the looked-up rows; here the rows live only in the table,
-    and the wrapper names the table (``params``), the ids and the lookup.
+    and the wrapper names the table (``params``), the ids and the lookup. Used as a tensor (``var0 * var0``
+    in a loss, as TFRA's tests write it) it is the rows of its ids, and a loss built on it trains them.
     """
 
-    def __init__(self, params: Variable, ids: tf.Tensor, name: str, model_mode: str):
+    def __init__(self, params: Variable, ids: tf.Tensor, name: str, model_mode: str, rows: tf.Tensor | None = None):
         self.params, self.ids, self.name, self.model_mode = params, ids, name, model_mode
+        self._rows = rows
+
+    def rows(self) -> tf.Tensor:
+        """The rows of the wrapper's ids: its lookup's own, or (a sparse lookup's) read once when first asked."""
+        if self._rows is None:
+            with tf.name_scope(f"{self.name}_rows"):
+                self._rows = read_rows(self.params, self.ids)
+        return self._rows
 
     def size(self):
         return self.params.size()
@@ -55,6 +64,29 @@ class TrainableWrapper:
 
     def __repr__(self):
         return f"<dynamic_embedding.TrainableWrapper {self.name!r} of {self.params.name!r}>"
+
+
+def _wrapper_as_tensor(wrapper, dtype=None, name=None, as_ref=False):
+    del name, as_ref
+    rows = wrapper.rows()
+    if dtype is not None and not dtype.is_compatible_with(rows.dtype):
+        raise errors.TfraValueError(f"TrainableWrapper {wrapper.name!r} holds {rows.dtype.name} rows, not {dtype.name}")
+    return rows
+
+
+def _overload_operators(cls) -> None:
+    """Gives ``cls`` the tensor operators (``+``, ``*``, ``[]``, ...) on its rows, as TF's variables have them.
+
+    ``==`` and ``!=`` stay identity, so that a wrapper can be found in a ``var_list`` as TFRA's could.
+    """
+    for operator in tf.Tensor.OVERLOADABLE_OPERATORS - {"__eq__", "__ne__"}:
+        tensor_operator = getattr(tf.Tensor, operator, None)
+        if tensor_operator is not None:
+            setattr(cls, operator, lambda self, *args, _op=tensor_operator: _op(self.rows(), *args))
+
+
+tf.register_tensor_conversion_function(TrainableWrapper, _wrapper_as_tensor)
+_overload_operators(TrainableWrapper)
 
 
 def _variable(params) -> Variable:
@@ -81,9 +113,15 @@ def _ids(params: Variable, ids) -> tf.Tensor:
     return ids
 
 
-def _wrapper(params: Variable, ids: tf.Tensor, name: str | None) -> TrainableWrapper:
-    key = name or tf.compat.v1.get_default_graph().unique_name("_anonymous_trainable_store_key")
-    wrapper = TrainableWrapper(params, ids, key, modes.get_model_mode())
+def _wrapper(params: Variable, ids: tf.Tensor, name: str | None, rows: tf.Tensor | None = None) -> TrainableWrapper:
+    """The wrapper of TFRA's ``embedding_lookup(name=name)``, keyed and named as TFRA's wrapper variable was:
+    ``SCOPE/NAME/NAME:0`` (``NAME_1`` for the next lookup of that name)."""
+    graph = tf.compat.v1.get_default_graph()
+    scope = tf.compat.v1.get_variable_scope().name
+    with tf.name_scope((f"{scope}/" if scope else "") + (name or "embedding_lookup") + "/"):
+        key = name or graph.unique_name("_anonymous_trainable_store_key")
+        full_name = (graph.unique_name(name) if name else key) + ":0"
+    wrapper = TrainableWrapper(params, ids, full_name, modes.get_model_mode(), rows)
     params.trainable_store[key] = wrapper
     return wrapper
 
@@ -104,7 +142,7 @@ def embedding_lookup(
     scope = tf.compat.v1.get_variable_scope().name
     with tf.name_scope((f"{scope}/" if scope else "") + (name or "embedding_lookup") + "/"):
         rows = _clipped(params.read_values(tables.lookup(params.table, params.table_ids(ids))), max_norm)
-    return (rows, _wrapper(params, ids, name)) if return_trainable else rows
+    return (rows, _wrapper(params, ids, name, rows)) if return_trainable else rows
 
 
 def embedding_lookup_unique(
@@ -146,7 +184,8 @@ def embedding_lookup_sparse(
             combined = tables.lookup_sparse(params.table, table_ids, sp_weights, combiner=combiner)
         else:
             combined = _combined(params, values, sp_ids, sp_weights, combiner, max_norm)
-    return (combined, _wrapper(params, values, name)) if return_trainable else combined
+    # TFRA's sparse lookup made its wrapper by an embedding_lookup named NAME/embedding_lookup.
+    return (combined, _wrapper(params, values, name and f"{name}/embedding_lookup")) if return_trainable else combined
 
 
 def _combined(params: Variable, values, sp_ids, sp_weights, combiner: str, max_norm) -> tf.Tensor:
@@ -200,7 +239,7 @@ def safe_embedding_lookup_sparse(
             ids,
             weights,
             combiner=combiner,
-            name="embedding_lookup_sparse",
+            name=f"{name or 'safe_embedding_lookup_sparse'}/embedding_lookup_sparse",  # TFRA's wrapper names
             max_norm=max_norm,
             return_trainable=return_trainable,
         )

@@ -21,7 +21,7 @@ import tensorflow as tf
 
 from ps_toolkit import dynamic_embedding as tables
 from ps_toolkit.base.errors import ConfigError
-from ps_toolkit_compat.tfra import lookups, variable
+from ps_toolkit_compat.tfra import lookups, variable, variable_ops
 from ps_toolkit_compat.tfra.refused import NotServedUseError
 
 _SWAPPED = {}  # optimizer class -> its table-training subclass
@@ -101,6 +101,11 @@ class SlotTable:
         with tf.name_scope(name or "slot_export"):
             self.params.table.shards[0].slot(self.slot)  # made now if the optimizer has not applied yet
             return tables.table_ops.export_component(self.params.table, f"slot_{self.slot}")
+
+    @property
+    def tables(self) -> list:
+        """The slot's table on each shard, as TFRA's slot variable's ``tables``: a Saver's ``var_list`` entries."""
+        return [variable_ops.ShardTable(self.params, index, self.slot) for index in range(self.params.shard_num)]
 
 
 class SlotWrapper:

@@ -5,7 +5,8 @@ often it was seen and the global step it was last seen at. TFRA's
 ``var.restrict(num_reserved, trigger=t)`` becomes one op: when the table holds
 more than ``t`` rows, each shard keeps ``num_reserved / shards`` of them and
 evicts the rest (row, optimizer slots and record) - the oldest by last-seen
-global step (``TimestampRestrictPolicy``; TFRA used wall-clock time) or the
+global step (``TimestampRestrictPolicy``; in a graph without a global step, by
+the wall-clock second, as TFRA did always) or the
 least often seen (``FrequencyRestrictPolicy``).
 """
 
@@ -13,7 +14,7 @@ from __future__ import annotations
 
 import tensorflow as tf
 
-from ps_toolkit.dynamic_embedding import eviction, keys, shard_records, table_ops
+from ps_toolkit.dynamic_embedding import eviction, keys, optimizer, shard_records, table_ops
 from ps_toolkit.dynamic_embedding.hash_tables import on_device
 from ps_toolkit_compat.tfra import errors, refused
 
@@ -99,8 +100,9 @@ class PolicyStatus:
 
 
 def _record_shard(table, shard, ids, hashes) -> tf.Operation:
-    """On the shard's ps: each of ``ids`` seen once more, last at the global step (0 without one)."""
-    step = tf.compat.v1.train.get_global_step()
+    """On the shard's ps: each of ``ids`` seen once more, last at the global step (the wall-clock second without
+    one, see optimizer.seen_at)."""
+    step = optimizer.seen_at(tf.compat.v1.train.get_global_step())
     admit_after = table.admit_after
     with on_device(shard.device):
         stored = keys.stored_keys(table.key_dtype, table.tag, ids, hashes)
@@ -109,7 +111,7 @@ def _record_shard(table, shard, ids, hashes) -> tf.Operation:
         # An id admitted by this count gets its initial row first, as training admits it: it reads the same.
         due = tf.logical_and(count >= admit_after, meta[:, _COUNT] < admit_after)
         admitted = shard.rows.insert(tf.boolean_mask(stored, due), table.initial_rows(tf.boolean_mask(ids, due)))
-        now = tf.fill(tf.shape(ids), tf.cast(step, tf.int64) if step is not None else tf.constant(0, tf.int64))
+        now = tf.fill(tf.shape(ids), step)
         with tf.control_dependencies([admitted]):
             return shard.meta.insert(stored, tf.stack([count, now], 1))
 

@@ -200,6 +200,33 @@ class Variable(tf_internals.trackable_base()):
         """One ``ShardTable`` per shard (TFRA's per-shard hash tables), e.g. for a Saver's ``var_list``."""
         return list(self._tables)
 
+    def _kv_file_names(self, file_name_list, proc_size, proc_rank) -> list:
+        """TFRA's file names of the shards: given, or NAME_mht_IofN_rankR_sizeS."""
+        if file_name_list is not None:
+            return list(file_name_list)
+        suffix = f"of{self.shard_num}_rank{proc_rank}_size{proc_size}"
+        return [f"{t.name[: t.name.rfind('_mht_')]}_mht_{i + 1}{suffix}" for i, t in enumerate(self._tables)]
+
+    def save_to_file_system(self, dirpath, proc_size=1, proc_rank=0, file_name_list=None, **kwargs):
+        """TFRA's: each shard's ids and rows to its ``-keys`` / ``-values`` files in ``dirpath``."""
+        names = self._kv_file_names(file_name_list, proc_size, proc_rank)
+        return tf.group(
+            *[
+                table.save_to_file_system(dirpath, file_name=n, **kwargs)
+                for table, n in zip(self._tables, names, strict=True)
+            ]
+        )
+
+    def load_from_file_system(self, dirpath, proc_size=1, proc_rank=0, file_name_list=None, **kwargs):
+        """TFRA's: the rows of each shard's ``-keys`` / ``-values`` files in ``dirpath``, inserted."""
+        names = self._kv_file_names(file_name_list, proc_size, proc_rank)
+        return tf.group(
+            *[
+                table.load_from_file_system(dirpath, file_name=n, **kwargs)
+                for table, n in zip(self._tables, names, strict=True)
+            ]
+        )
+
     def upsert(self, keys, values, name=None):
         """Writes ``values`` (``keys.shape + [dim]``) as the rows of ``keys``."""
         return variable_ops.upsert(self, keys, values, name)

@@ -14,13 +14,13 @@ from ps_toolkit import dynamic_embedding as tables
 from ps_toolkit.dynamic_embedding import keys as table_keys
 from ps_toolkit.dynamic_embedding import shard_records, table_ops
 from ps_toolkit_compat import tf_internals
-from ps_toolkit_compat.tfra import errors
+from ps_toolkit_compat.tfra import errors, kv_files
 
 
 def _keys(variable, keys) -> tf.Tensor:
     keys = keys if isinstance(keys, tf.Tensor) else tf.convert_to_tensor(keys, dtype=variable.key_dtype)
     if keys.dtype != variable.key_dtype:
-        raise errors.TfraTypeError(
+        raise errors.TfraValueError(  # TFRA's table converted keys to its dtype: a ValueError
             f"Signature mismatch. Keys must be dtype {variable.key_dtype!r}, got {keys.dtype!r}."
         )
     return variable.table_ids(keys)
@@ -30,7 +30,7 @@ def _values(variable, values, keys: tf.Tensor) -> tf.Tensor:
     """``values`` (``keys.shape + [dim]``) as [n, dim] rows; TFRA's errors for another dtype or shape."""
     values = values if isinstance(values, tf.Tensor) else tf.convert_to_tensor(values, dtype=variable.value_dtype)
     if values.dtype != variable.value_dtype:
-        raise errors.TfraTypeError(
+        raise errors.TfraValueError(
             f"Signature mismatch. Values must be dtype {variable.value_dtype!r}, got {values.dtype!r}."
         )
     expected = keys.shape.concatenate([variable.dim])
@@ -81,8 +81,12 @@ def accum(variable, keys, old_values, new_values, exists, name=None) -> tf.Opera
 
 
 def component_saveables(shard) -> list:
-    """The saveables of a shard's hash tables (rows, id records, slots) in the graph's SAVEABLE_OBJECTS."""
-    handles = {id(hash_table.handle) for hash_table in [shard.rows, shard.meta, *shard.slots.values()]}
+    """The saveables in the graph's SAVEABLE_OBJECTS of a shard's hash tables: rows, id records and every slot."""
+    return _saveables_of([shard.rows, shard.meta, *shard.slots.values()])
+
+
+def _saveables_of(hash_tables) -> list:
+    handles = {id(hash_table.handle) for hash_table in hash_tables}
     saveables = tf.compat.v1.get_collection(tf.compat.v1.GraphKeys.SAVEABLE_OBJECTS)
     return [saveable for saveable in saveables if id(getattr(saveable, "op", None)) in handles]
 
@@ -90,10 +94,12 @@ def component_saveables(shard) -> list:
 class ShardTable(tf_internals.trackable_base()):
     """TFRA's per-shard hash table (``Variable.tables[i]``): its size, export and its checkpoint entries."""
 
-    def __init__(self, variable, index: int):
-        self._variable, self._index = variable, index
+    def __init__(self, variable, index: int, slot: str | None = None):
+        self._variable, self._index, self._slot = variable, index, slot
         self._shard = variable.table.shards[index]
-        self.name = f"{variable.name}_mht_{index + 1}of{variable.shard_num}"
+        # TFRA's table names: NAME_mht_IofN, a slot's NAME_SLOT_mht_IofN, a "/" in NAME written "_".
+        prefix = variable.name if slot is None else f"{variable.name}_{slot}"
+        self.name = f"{prefix.replace('/', '_')}_mht_{index + 1}of{variable.shard_num}"
 
     @property
     def resource_handle(self) -> tf.Tensor:
@@ -112,8 +118,44 @@ class ShardTable(tf_internals.trackable_base()):
             ids = tf.cast(ids, tf.int32) if self._variable.key_dtype == tf.int32 else ids
             return ids, self._variable.read_values(rows)
 
+    @property
+    def variable(self):
+        return self._variable
+
+    def save_to_file_system(
+        self,
+        dirpath,
+        file_name=None,
+        dirpath_env=kv_files.DIRPATH_ENV,
+        append_to_file=False,
+        buffer_size=None,
+        name=None,
+    ) -> tf.Operation:
+        """TFRA's: the op writing this shard's ids and rows to ``DIR/FILE-keys`` and ``DIR/FILE-values``."""
+        del buffer_size  # TFRA's I/O buffer
+        with tf.name_scope(name or f"{self.name}_save_table"):
+            return kv_files.save_shard(self, dirpath, file_name or self.name, dirpath_env, append_to_file)
+
+    def load_from_file_system(
+        self,
+        dirpath,
+        file_name=None,
+        dirpath_env=kv_files.DIRPATH_ENV,
+        load_entire_dir=False,
+        buffer_size=None,
+        name=None,
+    ) -> tf.Operation:
+        """TFRA's: the op inserting the rows of ``DIR/FILE-keys`` / ``-values`` (written here or by TFRA)."""
+        del buffer_size
+        with tf.name_scope(name or f"{self.name}_load_table"):
+            return kv_files.load_shard(self, dirpath, file_name or self.name, dirpath_env, load_entire_dir)
+
     def _gather_saveables_for_checkpoint(self):
-        return {saveable.name: saveable for saveable in component_saveables(self._shard)}
+        """A Saver's entries for this table: the shard's rows and id records; a slot's table: that slot (as in
+        TFRA, a Saver given a Variable's tables saves no optimizer slot unless given the slots' tables too)."""
+        shard = self._shard
+        hash_tables = [shard.rows, shard.meta] if self._slot is None else [shard.slot(self._slot)]
+        return {saveable.name: saveable for saveable in _saveables_of(hash_tables)}
 
 
 def variable_saveables(variable) -> dict:

@@ -183,7 +183,7 @@ class TableOptimizer:
 
         Args:
             pairs: (gradient, TableRows) pairs, or (mean gradient, ShardRows) pairs from sync aggregation.
-            global_step: The global step the rows are marked as seen at.
+            global_step: The global step the rows are marked as seen at (see ``seen_at``).
             context: ``begin_step``'s values; made here when not given.
 
         Returns:
@@ -203,7 +203,7 @@ class TableOptimizer:
             ids = tf.ensure_shape(mean.indices, [None])
             grads, counts = sync_pairs.split_values(table, tf.ensure_shape(mean.values, [None, table.dim + 1]))
             by_shard.setdefault(rows.shard, apply.ShardUpdate()).add(table, ids, keys.hash64(ids), grads, counts)
-        step = tf.cast(global_step, tf.int64) if global_step is not None else tf.constant(0, tf.int64)
+        step = seen_at(global_step)
         return [apply.apply_shard(shard, self.rule, update, step, context) for shard, update in by_shard.items()]
 
     def minimize(self, loss, global_step=None, var_list=None, name=None, **kwargs) -> tf.Operation:
@@ -233,3 +233,14 @@ def _ops_reaching(tensor: tf.Tensor) -> set:
         stack.extend(t.op for t in op.inputs)
         stack.extend(op.control_inputs)
     return seen
+
+
+def seen_at(global_step) -> tf.Tensor:
+    """The int64 time an update marks its ids as last seen at: the global step, or the wall-clock second without one.
+
+    A graph with no global step (TFRA's scripts and tests train with bare ``minimize()``) still orders its ids
+    by recency, as TFRA's timestamp policy did with the wall clock, instead of marking every id seen at 0.
+    """
+    if global_step is not None:
+        return tf.cast(global_step, tf.int64)
+    return tf.cast(tf.floor(tf.timestamp()), tf.int64)
