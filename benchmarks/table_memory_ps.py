@@ -6,7 +6,8 @@
 ``benchmarks.fresh_ids_model`` (one table, dim 8, Adagrad, every batch ids never
 seen before) for ``ids / batch`` steps, the ps counting ``--memory_mb`` as its
 memory (PS_TOOLKIT_PS_MEMORY_MB); the chief's maintenance runs every
-``train_steps / 20`` steps, as always. This process reads the ps's resident memory
+``train_steps / 20`` steps, as always, and at most once a session.run
+(``--steps_per_run``, 20 by default). This process reads the ps's resident memory
 every half second (the ps task's pid from the run folder's pids.json) and the global
 step from the chief's progress lines in its task log. Prints one JSON line per bound: the ps's memory
 at the first and each later fifth of the steps, its peak, and the table's rows at the end.
@@ -52,7 +53,7 @@ def _last_step(run_folder: str | None) -> int:
     return int(found[-1]) if found else 0
 
 
-def measure(bound: str, ids: int, batch: int, memory_mb: int, timeout_s: float) -> dict:
+def measure(bound: str, ids: int, batch: int, memory_mb: int, timeout_s: float, steps_per_run: int = 20) -> dict:
     """One launch_local run; the ps's memory along the steps and the chief's table measures at the end."""
     steps = ids // batch
     params = {"batch": batch, **({"max_rows_per_shard": 0} if bound == "none" else {})}
@@ -67,6 +68,7 @@ def measure(bound: str, ids: int, batch: int, memory_mb: int, timeout_s: float) 
         "--learning_rate=0.1",
         f"--batch_size={batch}",
         f"--train_steps={steps}",
+        f"--steps_per_run={steps_per_run}",  # the chief's maintenance runs at most once a session.run
         f"--save_checkpoint_steps={10 * steps}",  # no save while the ids arrive: only the final one
         f"--params={json.dumps(params)}",
     ]
@@ -109,6 +111,7 @@ def measure(bound: str, ids: int, batch: int, memory_mb: int, timeout_s: float) 
         along[f"{fifth * 20}%"] = round(at[0]) if at else None
     return {
         "bound": bound,
+        "steps_per_run": steps_per_run,
         "exit": launcher.returncode,
         "ps_rss_mb_at_steps": along,
         "ps_rss_mb_peak": round(max(mb for _, mb in samples)) if samples else None,
@@ -124,10 +127,11 @@ def main(argv=None) -> None:
     parser.add_argument("--batch", type=int, default=50_000)
     parser.add_argument("--memory_mb", type=int, default=256)
     parser.add_argument("--bounds", default="default,none", help="which of default,none to run")
+    parser.add_argument("--steps_per_run", type=int, default=20, help="launch_local's default: 20")
     parser.add_argument("--timeout_s", type=float, default=1800)
     args = parser.parse_args(argv)
     for bound in args.bounds.split(","):
-        record = measure(bound, args.ids, args.batch, args.memory_mb, args.timeout_s)
+        record = measure(bound, args.ids, args.batch, args.memory_mb, args.timeout_s, args.steps_per_run)
         print(PREFIX + json.dumps(record), flush=True)
 
 
