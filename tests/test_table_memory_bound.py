@@ -65,7 +65,7 @@ def test_a_table_without_max_rows_per_shard_is_bounded_by_default_and_the_bound_
     assert record["evicted"] == 3000 - ONE_MB_ROWS
     stated = [line for line in _bound_lines(caplog) if "rows per shard by default" in line]
     assert len(stated) == 1, stated  # said once, not at every maintenance
-    assert f"at most {ONE_MB_ROWS:,} rows per shard by default (40% of each ps's 1 MB" in stated[0]
+    assert f"at most {ONE_MB_ROWS:,} rows per shard by default (40% of this process's 1 MB" in stated[0]
 
 
 def test_the_most_recently_seen_ids_stay_under_the_default_bound(one_mb):

@@ -17,6 +17,7 @@ import dataclasses
 
 import tensorflow as tf
 
+from ps_toolkit.dynamic_embedding import ps_memory
 from ps_toolkit.dynamic_embedding.table import UNBOUNDED
 
 # Of a ps's memory, what its tables' rows may take: a save or an eviction holds a copy of a
@@ -89,9 +90,10 @@ def statement(table, bound: Bound) -> str:
     figure = f"{low:,}" if low == high else f"{low:,} to {high:,}"
     memory = sorted({m // (1 << 20) for m in bound.memory if m > 0})
     memory_text = f"{memory[0]:,} MB" if len(memory) == 1 else f"{memory[0]:,} to {memory[-1]:,} MB"
+    whose = "each ps's" if any(ps_memory.publishes(device) for device in table.devices) else "this process's"
     return (
         f"dynamic table {table.name!r}: at most {figure} rows per shard by default "
-        f"({MEMORY_SHARE:.0%} of each ps's {memory_text} over its tables, {bytes_a_row(table):,} bytes a row); "
+        f"({MEMORY_SHARE:.0%} of {whose} {memory_text} over its tables, {bytes_a_row(table):,} bytes a row); "
         "max_rows_per_shard sets another bound, 0 none"
     )
 
