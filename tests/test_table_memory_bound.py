@@ -22,13 +22,13 @@ BYTES_A_ROW = 200
 ONE_MB_ROWS = int((1 << 20) * row_bounds.MEMORY_SHARE // BYTES_A_ROW)  # 2,097
 
 
-def _trainer(shards=1, **table_args):
+def _trainer(shards=1, key_dtype=tf.int64, **table_args):
     """(session, train(ids), hook, table): a table trained by Adagrad and its maintenance hook, begun."""
     graph = tf.Graph()
     with graph.as_default():
         step = TF1.get_or_create_global_step()
-        table = de.get_table("t", 2, devices=[CPU] * shards, **table_args)
-        ids = tf.compat.v1.placeholder(tf.int64, [None])
+        table = de.get_table("t", 2, key_dtype=key_dtype, devices=[CPU] * shards, **table_args)
+        ids = tf.compat.v1.placeholder(key_dtype, [None])
         loss = tf.reduce_sum(tf.square(de.lookup(table, ids)))
         train = de.TableOptimizer(TF1.AdagradOptimizer(0.1)).minimize(loss, global_step=step)
         hook = de.TableMaintenanceHook([table], every_steps=1)
@@ -66,6 +66,18 @@ def test_a_table_without_max_rows_per_shard_is_bounded_by_default_and_the_bound_
     stated = [line for line in _bound_lines(caplog) if "rows per shard by default" in line]
     assert len(stated) == 1, stated  # said once, not at every maintenance
     assert f"at most {ONE_MB_ROWS:,} rows per shard by default (40% of this process's 1 MB" in stated[0]
+
+
+def test_a_string_keyed_table_is_bounded_by_its_own_bytes_a_row(one_mb):
+    session, train, hook, table = _trainer(key_dtype=tf.string)
+    per_row = 3 * row_bounds.STRING_ENTRY_BYTES + 8 + 16 + 8  # rows, meta, accumulator: an entry each
+    assert row_bounds.bytes_a_row(table) == per_row
+    hook.after_create_session(session, None)
+    train([f"id-{i}" for i in range(2000)])
+    hook.maintain(session)
+    record = hook.result()["t"]
+    bound = int((1 << 20) * row_bounds.MEMORY_SHARE // per_row)
+    assert (record["max_rows_per_shard"], record["rows"], record["evicted"]) == ([bound], bound, 2000 - bound)
 
 
 def test_the_most_recently_seen_ids_stay_under_the_default_bound(one_mb):
