@@ -7,7 +7,9 @@ devices (the benchmark's ctr topology, 2 ps + 2 workers, as worker 0, the chief)
 ps_toolkit's through ``replica_graph.build`` from run_task.py's flags as the
 benchmark passes them, the raw TF1 script's through its own ``build_graph``. The TFRA
 systems' script (benchmarks/tfra_ctr.py) measures itself with ``--graph_only``
-(``tfra_systems.graph_command``). Each build runs in a fresh process, so that one
+(``tfra_systems.graph_command``). A graph with dynamic tables also counts the ops
+the chief's table maintenance adds when its session starts (``maintenance_ops``:
+run on their own schedule, never in a step). Each build runs in a fresh process, so that one
 build's imports and caches do not speed up the next; ``measure`` runs
 ``repetitions`` of them and keeps the median. Prints one JSON line per build.
 """
@@ -222,9 +224,24 @@ def build_once(config: GraphConfig) -> dict:
     graph = tf.Graph()
     started = time.perf_counter()
     with graph.as_default():
-        build()
+        built = build()
     seconds = time.perf_counter() - started
-    return {"graph_ops": len(graph.get_operations()), "graph_build_s": round(seconds, 3)}
+    figures = {"graph_ops": len(graph.get_operations()), "graph_build_s": round(seconds, 3)}
+    maintenance = _table_maintenance(built)
+    if maintenance is not None:  # the chief's table maintenance: ops of its own runs, none in the step
+        before = len(graph.get_operations())
+        with graph.as_default():
+            maintenance.begin()
+        figures["maintenance_ops"] = len(graph.get_operations()) - before
+    return figures
+
+
+def _table_maintenance(built):
+    """The TableMaintenanceHook of a toolkit graph (``replica_graph.TrainGraph``), or None."""
+    from ps_toolkit import dynamic_embedding
+
+    hooks = getattr(built, "hooks", None) or []
+    return next((h for h in hooks if isinstance(h, dynamic_embedding.TableMaintenanceHook)), None)
 
 
 def main(argv=None) -> None:

@@ -28,6 +28,11 @@ CASES = {
     "task index not a number": (OK_HOSTS + ["--job_name=ps", "--task_index=abc"], {}, "task_index"),
     "unknown flag": (OK_HOSTS + ["--job_name=ps", "--nonsense=1"], {}, "nonsense"),
     "unknown job": (OK_HOSTS + ["--job_name=boss"], {}, "unknown job 'boss' from --job_name"),
+    "ps memory not a number": (
+        OK_HOSTS + ["--job_name=ps"],
+        {"PS_TOOLKIT_PS_MEMORY_MB": "lots"},
+        "PS_TOOLKIT_PS_MEMORY_MB='lots': must be a whole number of MB",
+    ),
     "index out of range": (OK_HOSTS + ["--job_name=worker", "--task_index=7"], {}, "task index 7 from flags"),
     "negative index": (OK_HOSTS + ["--job_name=worker", "--task_index=-1"], {}, "task index -1"),
     "host without port": (["--ps_hosts=localhost", "--worker_hosts=localhost:2", "--job_name=ps"], {}, "'localhost'"),

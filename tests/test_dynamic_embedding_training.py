@@ -54,6 +54,9 @@ def test_async_in_graph_loop_trains_both_tables_on_every_ps_and_reports_them(tmp
         assert all(rows > 0 for rows in table["rows_per_shard"]), table
         assert table["admitted"] >= table["rows"] > 0 and table["evicted"] > 0, table
         assert table["rows"] == table["admitted"] - table["evicted"]
+        # Bounded by default from each ps's memory, which is far from reached here; bytes measured per shard.
+        assert table["bound"] == "default" and all(bound > 10_000 for bound in table["max_rows_per_shard"]), table
+        assert len(table["bytes_per_shard"]) == 2 and all(b > 0 for b in table["bytes_per_shard"]), table
         steps = [entry["global_step"] for entry in table["history"]]
         assert steps == sorted(steps) and steps[-1] == 30
 

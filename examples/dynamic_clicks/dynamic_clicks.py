@@ -8,7 +8,8 @@ the tables have something to learn. Nothing to download; every replica
 draws its own batches (seeded by its index).
 
 params (``--params`` JSON): ``dim`` (8), ``admit_after`` (1), ``evict_after_steps`` (None),
-``max_rows_per_shard`` (None), ``first_vocab`` (2000), ``new_ids_per_batch`` (20), ``init_scale`` (0.3).
+``max_rows_per_shard`` (None: the default bound from the ps's memory), ``first_vocab`` (2000),
+``new_ids_per_batch`` (20), ``init_scale`` (0.3).
 """
 
 import tensorflow as tf

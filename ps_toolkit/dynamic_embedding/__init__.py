@@ -19,6 +19,7 @@ from ps_toolkit.dynamic_embedding.optimizer import (
 )
 from ps_toolkit.dynamic_embedding.saving import checkpoint_differences, require_filled_tables
 from ps_toolkit.dynamic_embedding.table import (
+    UNBOUNDED,
     DynamicTable,
     clear_graph_collections,
     get_table,
@@ -36,6 +37,7 @@ __all__ = [
     "TableMaintenanceHook",
     "TableOptimizer",
     "TableRows",
+    "UNBOUNDED",
     "checkpoint_differences",
     "clear_graph_collections",
     "get_table",

@@ -14,38 +14,77 @@ import tensorflow as tf
 from ps_toolkit.dynamic_embedding import hash_tables, shard_records
 from ps_toolkit.dynamic_embedding.hash_tables import on_device
 from ps_toolkit.dynamic_embedding.layout import STAT_EVICTED, GroupShard, TableGroup
+from ps_toolkit.dynamic_embedding.table import UNBOUNDED
 
-_NO_LIMIT = 2**62
+NO_LIMIT = 2**62  # a bound no shard reaches
 
 
 def evicts(table) -> bool:
-    """Whether the table has an eviction policy."""
-    return table.evict_after_steps is not None or table.max_rows_per_shard is not None
+    """Whether the table has an eviction policy (a bound on its rows, its own or the default, or an age)."""
+    return table.evict_after_steps is not None or table.max_rows_per_shard != UNBOUNDED
 
 
-def eviction_op(group: TableGroup, global_step) -> tf.Operation:
-    """The op evicting, as of ``global_step``, from every shard of ``group`` (or a table's group) by each policy."""
+def bound_input(shard: GroupShard) -> tf.Tensor:
+    """Each of the shard's tables' bound on its rows (int64 [num_tables + 1]), to feed at each run.
+
+    By default the bounds the tables were given (none for a default or no bound); the maintenance feeds
+    the default bounds from the ps's memory (``row_bounds``).
+    """
+    given = _given_bounds(shard.group.tables)
+    with on_device(shard.device):
+        return tf.compat.v1.placeholder_with_default(tf.constant(given, tf.int64), [len(given)], name="row_bounds")
+
+
+def eviction_op(group: TableGroup, global_step, bounds: dict | None = None) -> tf.Operation:
+    """The op evicting, as of ``global_step``, from every shard of ``group`` (or a table's group) by each policy.
+
+    Args:
+        group: The group (or a table of it).
+        global_step: The global step the ages count from.
+        bounds: shard -> its ``bound_input``; by default the bounds the tables were given.
+    """
     group = getattr(group, "group", group)
     step = tf.cast(tf.convert_to_tensor(global_step), tf.int64)
-    return tf.group(*[evict_shard(shard, step) for shard in group.shards])
+    bounds = bounds or {}
+    return tf.group(*[evict_shard(shard, step, bounds.get(shard)) for shard in group.shards])
 
 
-def evict_shard(shard: GroupShard, step: tf.Tensor) -> tf.Operation:
-    """Evicts from one group shard by each table's policy."""
+def evict_shard(shard: GroupShard, step: tf.Tensor, limit: tf.Tensor | None = None) -> tf.Operation:
+    """Evicts from one group shard by each table's policy (``limit``: each table's bound, as ``bound_input``).
+
+    With no age policy the shard is scanned only when it holds more ids than its smallest bound, and
+    rebuilt only when an id goes: a bound that is not reached costs one size read.
+    """
     tables = shard.group.tables
-    not_seen_for = tf.constant([t.evict_after_steps or _NO_LIMIT for t in tables] + [_NO_LIMIT], tf.int64)
-    limit = tf.constant([t.max_rows_per_shard or _NO_LIMIT for t in tables] + [_NO_LIMIT], tf.int64)
+    not_seen_for = tf.constant([t.evict_after_steps or NO_LIMIT for t in tables] + [NO_LIMIT], tf.int64)
+    if limit is None:
+        limit = tf.constant(_given_bounds(tables), tf.int64)
+    by_age = any(t.evict_after_steps is not None for t in tables)
     with on_device(shard.device), tf.name_scope("evict_" + shard.prefix.replace("/", "_")):
-        found = shard_records.entries(shard, shard.meta)
-        last_seen = found.values[:, 1]
-        index = found.table_index
-        live = index < found.num_tables
-        evicted = tf.logical_and(live, last_seen < step - tf.gather(not_seen_for, index))
-        # Each table's most recently seen first: an entry's rank among its table's kept entries.
-        kept_last_seen = tf.where(tf.logical_or(evicted, tf.logical_not(live)), tf.constant(-1, tf.int64), last_seen)
-        rank = _rank_within_table(index, kept_last_seen, found.num_tables + 1)
-        evicted = tf.logical_or(evicted, tf.logical_and(live, rank >= tf.gather(limit, index)))
-        return keep_only(shard, found, tf.logical_and(live, tf.logical_not(evicted)), evicted)
+
+        def scan_and_evict():
+            found = shard_records.entries(shard, shard.meta)
+            last_seen = found.values[:, 1]
+            index = found.table_index
+            live = index < found.num_tables
+            evicted = tf.logical_and(live, last_seen < step - tf.gather(not_seen_for, index))
+            # Each table's most recently seen first: an entry's rank among its table's kept entries.
+            kept_last_seen = tf.where(
+                tf.logical_or(evicted, tf.logical_not(live)), tf.constant(-1, tf.int64), last_seen
+            )
+            rank = _rank_within_table(index, kept_last_seen, found.num_tables + 1)
+            evicted = tf.logical_or(evicted, tf.logical_and(live, rank >= tf.gather(limit, index)))
+            kept = tf.logical_and(live, tf.logical_not(evicted))
+            return tf.compat.v1.cond(tf.reduce_any(evicted), lambda: keep_only(shard, found, kept, evicted), tf.no_op)
+
+        if by_age:
+            return scan_and_evict()
+        return tf.compat.v1.cond(shard.meta.size() > tf.reduce_min(limit), scan_and_evict, tf.no_op)
+
+
+def _given_bounds(tables) -> list:
+    """Each table's own bound (none for a default or no bound), and none for the entries of no table."""
+    return [t.max_rows_per_shard or NO_LIMIT for t in tables] + [NO_LIMIT]
 
 
 def _rank_within_table(index: tf.Tensor, score: tf.Tensor, num_parts: int) -> tf.Tensor:

@@ -7,6 +7,11 @@ counters. At the end it runs only when no maintenance ran at the last global ste
 It writes them as summaries beside the chief's (``tables/<name>/rows``, ...),
 keeps the latest for the progress line (``progress_fields``) and a short
 history for the task's JSON result (``result``).
+
+A table without ``max_rows_per_shard`` is bounded by default (``row_bounds``):
+the hook reads each ps's memory (``ps_memory``) until every ps has said it,
+states each table's bound once in the log, feeds the bounds to the eviction at
+each run and warns, once per share, when a shard nears its default bound.
 """
 
 from __future__ import annotations
@@ -15,7 +20,7 @@ import logging
 
 import tensorflow as tf
 
-from ps_toolkit.dynamic_embedding import eviction, shard_records
+from ps_toolkit.dynamic_embedding import eviction, ps_memory, row_bounds, shard_records
 from ps_toolkit.dynamic_embedding.table import STAT_ADMITTED, STAT_EVICTED, DynamicTable
 
 log = logging.getLogger(__name__)
@@ -38,6 +43,9 @@ class TableMaintenanceHook(tf.compat.v1.train.SessionRunHook):
         self.runs = 0  # maintenance runs so far: eviction and measures, one session.run each
         self.latest: dict = {}
         self.history: dict = {table.name: [] for table in self._tables}
+        self.bounds: dict = {}  # table name -> row_bounds.Bound, once computed
+        self._stated: dict = {}  # table name -> the start-up line said for its bound
+        self._warnings = row_bounds.Warnings()
 
     def begin(self):
         """Builds the eviction op and the measures of every table."""
@@ -45,15 +53,23 @@ class TableMaintenanceHook(tf.compat.v1.train.SessionRunHook):
         groups = {id(table.group): table.group for table in self._tables}.values()
         evicting = [group for group in groups if any(eviction.evicts(t) for t in group.tables)]
         with tf.name_scope("table_maintenance"):
+            self._bound_inputs = {shard: eviction.bound_input(shard) for group in evicting for shard in group.shards}
+            devices = {device for table in self._tables for device in table.devices}
+            self._memory = {device: ps_memory.read(device) for device in devices if ps_memory.publishes(device)}
+            local = [device for device in devices if not ps_memory.publishes(device)]
+            self._local_memory = dict.fromkeys(local, ps_memory.memory_of_this_host()) if local else {}
             # One session.run does it all, in order: the sizes before, the eviction, the measures after.
             before = _rows_per_shard(self._tables)
             with tf.control_dependencies(_flat(before)):
-                evict = tf.group(*[eviction.eviction_op(group, self._global_step) for group in evicting])
+                evict = tf.group(
+                    *[eviction.eviction_op(group, self._global_step, self._bound_inputs) for group in evicting]
+                )
             with tf.control_dependencies([evict]):
                 after = _rows_per_shard(self._tables)
                 measures = {
                     table.name: {
                         "rows_before_eviction": tf.add_n(before[table.name]),
+                        "rows_per_shard_before_eviction": before[table.name],
                         "rows": tf.add_n(after[table.name]),
                         "rows_per_shard": after[table.name],
                         "admitted": table.stat(STAT_ADMITTED),
@@ -65,6 +81,7 @@ class TableMaintenanceHook(tf.compat.v1.train.SessionRunHook):
 
     def after_create_session(self, session, coord):
         """Measures the tables as the session finds them (a restored run: their restored size)."""
+        self.bounds = {}  # a new session may be on a restarted ps: its memory is read again
         step = self.maintain(session)
         self._next_step = step + self._every_steps
 
@@ -94,22 +111,55 @@ class TableMaintenanceHook(tf.compat.v1.train.SessionRunHook):
         Returns:
             The global step the measures are recorded at.
         """
-        done = session.run(self._maintenance)
+        self._update_bounds(session)
+        done = session.run(self._maintenance, feed_dict=self._bound_feed())
         step = self._maintained_step = int(done["global_step"])
         self.runs += 1
-        for name, values in done["tables"].items():
+        for table in self._tables:
+            values, bound = done["tables"][table.name], self.bounds[table.name]
+            for line in self._warnings.lines(table, bound, [int(v) for v in values["rows_per_shard_before_eviction"]]):
+                log.warning("%s", line)
+            rows_per_shard = [int(v) for v in values["rows_per_shard"]]
             record = {
                 "global_step": step,
                 "rows_before_eviction": int(values["rows_before_eviction"]),
                 "rows": int(values["rows"]),
-                "rows_per_shard": [int(v) for v in values["rows_per_shard"]],
+                "rows_per_shard": rows_per_shard,
+                "bytes_per_shard": [rows * row_bounds.bytes_a_row(table) for rows in rows_per_shard],
+                "max_rows_per_shard": list(bound.rows),
+                "bound": bound.source,
                 "admitted": int(values["admitted"]),
                 "evicted": int(values["evicted"]),
             }
-            self.latest[name] = record
-            _append_thinned(self.history[name], record)
+            self.latest[table.name] = record
+            _append_thinned(self.history[table.name], record)
         self._write_summaries(step)
         return step
+
+    def _update_bounds(self, session) -> None:
+        """Computes the tables' bounds while a ps's memory is not known; states each bound once it is."""
+        if self.bounds and all(None not in b.rows for b in self.bounds.values() if b.source == "default"):
+            return
+        published = session.run(self._memory) if self._memory else {}
+        memory = {**self._local_memory, **{device: int(m) for device, m in published.items()}}
+        self.bounds = row_bounds.bounds(self._tables, memory)
+        for table in self._tables:
+            line = row_bounds.statement(table, self.bounds[table.name])
+            if self._stated.get(table.name) != line:
+                self._stated[table.name] = line
+                log.info("%s", line)
+
+    def _bound_feed(self) -> dict:
+        """Each evicting shard's bounds, for its ``eviction.bound_input``."""
+        feed = {}
+        for shard, bound_input in self._bound_inputs.items():
+            limits = []
+            for table in shard.group.tables:
+                bound = self.bounds.get(table.name)
+                rows = bound.rows[shard.index] if bound else table.max_rows_per_shard
+                limits.append(rows or eviction.NO_LIMIT)
+            feed[bound_input] = limits + [eviction.NO_LIMIT]
+        return feed
 
     def progress_fields(self) -> dict:
         """For the progress line: rows per table, as of the last maintenance."""

@@ -28,6 +28,7 @@ _DEVICES = "ps_toolkit_dynamic_table_devices"
 # The graph collection of the lookups' records (lookups.py adds them; training reads them).
 LOOKUPS = "ps_toolkit_dynamic_lookups"
 VALUE_DTYPES = (tf.float32, tf.float64, tf.float16, tf.bfloat16)
+UNBOUNDED = 0  # max_rows_per_shard=0: no bound on a shard's rows (None: the default bound from the ps's memory)
 
 
 @contextlib.contextmanager
@@ -135,7 +136,8 @@ def get_table(
         evict_after_steps: ids not seen in the last this many global steps are evicted when the
             chief's maintenance runs (None: never).
         max_rows_per_shard: beyond this many rows in a shard, the least recently seen are evicted
-            when the maintenance runs (None: no limit).
+            when the maintenance runs. None: a default bound from the ps's memory
+            (``row_bounds``); 0 (``UNBOUNDED``): no bound.
         devices: one shard per device; default: one per ps of the toolkit's cluster (one local
             shard outside a cluster).
 
@@ -155,9 +157,10 @@ def get_table(
         raise ConfigError(f"dynamic table {full_name!r}: value dtype {value_dtype.name} is not a float dtype")
     _check_positive_int(full_name, "dim", dim)
     _check_positive_int(full_name, "admit_after", admit_after, "an admission threshold below 1 admits nothing")
-    for field, value in (("evict_after_steps", evict_after_steps), ("max_rows_per_shard", max_rows_per_shard)):
-        if value is not None:
-            _check_positive_int(full_name, field, value)
+    if evict_after_steps is not None:
+        _check_positive_int(full_name, "evict_after_steps", evict_after_steps)
+    if max_rows_per_shard is not None and max_rows_per_shard != UNBOUNDED:
+        _check_positive_int(full_name, "max_rows_per_shard", max_rows_per_shard, "or 0 for no bound")
     if initializer is not None and not isinstance(initializer, InitialRows):
         raise ConfigError(f"dynamic table {full_name!r}: initializer {initializer!r} is not an InitialRows")
     existing = _TABLES_BY_GRAPH.setdefault(tf.compat.v1.get_default_graph(), {})

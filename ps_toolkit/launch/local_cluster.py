@@ -305,7 +305,17 @@ class InProcessCluster:
                 tf.compat.v1.train.Server(spec, job_name=job, task_index=i, config=self._config, start=True)
                 for i in range(len(hosts))
             ]
+        self._publish_ps_memory()
         return self
+
+    def _publish_ps_memory(self) -> None:
+        """What a ps task does at start: says the memory its dynamic tables' default bound counts."""
+        from ps_toolkit.dynamic_embedding import ps_memory  # TensorFlow, imported only once a cluster starts
+
+        addresses = self.cluster_spec.get("ps", [])
+        for i, server in enumerate(self.servers.get("ps", [])):
+            memory = ps_memory.memory_of_this_host(addresses, i)
+            ps_memory.publish(server.target, f"/job:ps/task:{i}", memory, self._config)
 
     @property
     def targets(self) -> dict[str, list[str]]:

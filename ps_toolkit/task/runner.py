@@ -12,6 +12,7 @@ from collections.abc import Callable
 
 from ps_toolkit.base import paths
 from ps_toolkit.cluster.config import EVALUATOR, PS, ClusterConfig
+from ps_toolkit.dynamic_embedding import ps_memory
 from ps_toolkit.task import server as server_lib
 from ps_toolkit.task.roles import ps as ps_role
 from ps_toolkit.training.config import TrainConfig
@@ -65,7 +66,10 @@ def run_task(
 
 def _serve(cluster: ClusterConfig, ps_orphan_timeout_secs: float) -> dict:
     started = time.monotonic()
+    # Before the server: a bad PS_TOOLKIT_PS_MEMORY_MB is one line and exit 2.
+    memory = ps_memory.memory_of_this_host(list(cluster.jobs[PS]), cluster.task_index)
     server = server_lib.start_server(cluster)
+    ps_role.publish_memory(cluster, server, memory)
     finished = ps_role.serve_until_done(cluster, server, orphan_timeout_secs=ps_orphan_timeout_secs)
     return {
         "job": cluster.task_type,

@@ -23,6 +23,7 @@ import tensorflow as tf
 from ps_toolkit.base.errors import PS_ORPHAN_TIMEOUT_SECS, ConfigError, OrphanedError
 from ps_toolkit.cluster.config import ELASTIC_WORKERS_FROM_ENV, PS, WORKER, ClusterConfig
 from ps_toolkit.cluster.preflight import connect, reachable
+from ps_toolkit.dynamic_embedding import ps_memory, row_bounds
 from ps_toolkit.task.server import session_config
 
 log = logging.getLogger(__name__)
@@ -92,6 +93,19 @@ def signal_done(cluster: ClusterConfig, target: str) -> None:
             sess.run(enqueues, options=options)
     except tf.errors.OpError as err:
         log.warning("%s could not tell the ps it is done: %s", cluster.device, err.message.splitlines()[0])
+
+
+def publish_memory(cluster: ClusterConfig, server, memory: int) -> None:
+    """Writes the memory this ps counts as its own where the chief's table maintenance reads it, and says it."""
+    ps_memory.publish(server.target, f"/job:{PS}/task:{cluster.task_index}", memory, session_config(cluster))
+    log.info(
+        "%s counts %s MB of memory as its own (%s sets it): a dynamic table without max_rows_per_shard is "
+        "bounded by default so that its tables' rows take at most %.0f%% of it",
+        cluster.device,
+        f"{memory // ps_memory.MB:,}",
+        ps_memory.MEMORY_ENV,
+        100 * row_bounds.MEMORY_SHARE,
+    )
 
 
 def serve_until_done(
