@@ -60,3 +60,12 @@ def test_a_keras_optimizer_without_a_row_rule_is_one_line(de):
     with pytest.raises(refused.NotServedUseError, match="Nadam; supported: SGD, Adam") as raised:
         de.DynamicEmbeddingOptimizer(optimizer_v2.nadam.Nadam(0.1))
     assert "\n" not in str(raised.value)
+
+
+def test_tf_keras_legacy_optimizers_train_tables_too(de):
+    tf_keras = pytest.importorskip("tf_keras")  # a dependency of the [test] extra's TensorFlow stack
+    with tf.Graph().as_default():
+        expected = _trained(de, lambda: tf_keras.optimizers.legacy.Adam(0.3), table=False)
+    with tf.Graph().as_default():
+        got = _trained(de, lambda: tf_keras.optimizers.legacy.Adam(0.3), table=True)
+    assert np.allclose(got, expected, rtol=1e-5, atol=1e-6)
