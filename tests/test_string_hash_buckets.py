@@ -64,7 +64,8 @@ def _check_restored(session, words, numbers, reads, expected, accumulators):
     owners = session.run(keys.shard_of(tf.constant(STRING_IDS), words.num_shards)).tolist()
     held = session.run(_shard_ids(words))
     for shard, shard_ids in enumerate(held):
-        assert sorted(shard_ids.tolist()) == sorted(i for i, o in zip(STRING_IDS.tolist(), owners) if o == shard)
+        owned = [i for i, owner in zip(STRING_IDS.tolist(), owners, strict=True) if owner == shard]
+        assert sorted(shard_ids.tolist()) == sorted(owned)
 
 
 def test_the_fixture_holds_string_ids_in_the_old_buckets_only():

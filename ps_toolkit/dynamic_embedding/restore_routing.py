@@ -1,4 +1,4 @@
-"""Restoring a string-keyed group: each shard's restored buckets sent to the shards that own their ids under today's hash.
+"""Restoring a string-keyed group: each restored bucket's ids sent to the shard that owns them under today's hash.
 
 A checkpoint names a string id's rows after its save bucket, and the bucket
 comes from the id's hash. Checkpoints written before the string hash used all

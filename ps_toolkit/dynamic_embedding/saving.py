@@ -113,7 +113,7 @@ class GroupShardSaveable(_SaveableObject):
 
     @property
     def component(self) -> str:
-        """ "rows", "meta" or "slot_<name>"."""
+        """The component saved: rows, meta or slot_<name>."""
         return self._component
 
     @property
