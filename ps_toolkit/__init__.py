@@ -40,6 +40,18 @@ def embedding_lookups(tables, ids, options=None):
     return sparse_lookup.embedding_lookups(tables, ids, options)
 
 
+def batch_indices(context, **options):
+    """This replica's batch indices 0, 1, 2, ... as a dataset, resuming after a restore where the model left them.
+
+    Call it in an input_fn whose batch ``i`` is made from ``i`` alone; each replica's position is saved in
+    the checkpoint, so a restore goes on at the first batch the restored model has not trained on
+    (docs/reliability.md). Option: ``name``; see ``training.batch_position.batch_indices``.
+    """
+    from ps_toolkit.training import batch_position  # TensorFlow only when a model is built
+
+    return batch_position.batch_indices(context, **options)
+
+
 def follow_folder(pattern, context, **options):
     """A dataset of the records of the files matching ``pattern`` as they land, each read once, endless.
 
@@ -65,6 +77,7 @@ __all__ = [
     "TaskFailedError",
     "ToolkitError",
     "TrainConfig",
+    "batch_indices",
     "embedding_lookups",
     "follow_folder",
     "resolve",
