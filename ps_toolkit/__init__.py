@@ -40,16 +40,16 @@ def embedding_lookups(tables, ids, options=None):
     return sparse_lookup.embedding_lookups(tables, ids, options)
 
 
-def batch_indices(context, **options):
-    """This replica's batch indices 0, 1, 2, ... as a dataset, resuming after a restore where the model left them.
+def batch_indices(context):
+    """Batch indices from the global step on, as a dataset: after a restore an input goes past what the model saw.
 
-    Call it in an input_fn whose batch ``i`` is made from ``i`` alone; each replica's position is saved in
-    the checkpoint, so a restore goes on at the first batch the restored model has not trained on
-    (docs/reliability.md). Option: ``name``; see ``training.batch_position.batch_indices``.
+    Call it in an input_fn whose batch ``i`` is made from ``i`` (and the replica) alone; each iterator
+    starts at the global step it finds, so after a ps restart's restore no batch the restored model
+    trained on is read again (docs/reliability.md). See ``training.batch_position.batch_indices``.
     """
     from ps_toolkit.training import batch_position  # TensorFlow only when a model is built
 
-    return batch_position.batch_indices(context, **options)
+    return batch_position.batch_indices(context)
 
 
 def follow_folder(pattern, context, **options):

@@ -5,9 +5,9 @@ Zipf law over a vocabulary that grows with the batch index (new ids appear
 at the tail as training goes on), and a click is drawn from a hidden
 preference of the user for the item's kind (both functions of the ids), so
 the tables have something to learn. Nothing to download; every replica
-draws its own batches (seeded by its index), batch ``i`` from ``i`` alone, so
-after a restore (a ps restart) each replica goes on at the first batch the
-restored checkpoint has not trained on (``ps_toolkit.batch_indices``).
+draws its own batches (seeded by its index), batch ``i`` from ``i`` alone, the
+indices starting at the global step (``ps_toolkit.batch_indices``): after a
+restore (a ps restart) no replica reads a batch the restored model trained on.
 
 params (``--params`` JSON): ``dim`` (8), ``admit_after`` (1), ``evict_after_steps`` (None),
 ``max_rows_per_shard`` (None), ``first_vocab`` (2000), ``new_ids_per_batch`` (20), ``init_scale`` (0.3).
@@ -87,7 +87,7 @@ def _batch(index, replica: int, batch_size: int, p: dict):
 
 
 def indexed_batches(input_context, params=None) -> tf.data.Dataset:
-    """(index, features, clicks) of this replica's batches, from the first one a restored model has not trained on."""
+    """(index, features, clicks) of this replica's batches, from the global step its input starts at."""
     p = _params(params)
     replica = input_context.input_pipeline_id
     batch_size = input_context.get_per_replica_batch_size()

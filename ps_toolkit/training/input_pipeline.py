@@ -5,7 +5,7 @@ from __future__ import annotations
 import tensorflow as tf
 
 from ps_toolkit.cluster.config import ClusterConfig
-from ps_toolkit.training import batch_position, folder_input
+from ps_toolkit.training import folder_input
 from ps_toolkit.training.config import TrainConfig
 from ps_toolkit.training.model_api import InputContext, ModelDefinition, function_name
 from ps_toolkit.training.model_calls import call_input_fn
@@ -36,7 +36,6 @@ def train_batches(cluster: ClusterConfig, config: TrainConfig, definition: Model
     Call it where the batch is used: inside an in-graph loop's body each
     iteration then takes a new batch; a batch tensor made outside the loop
     would enter it as a constant, and every step of a run would train on one batch.
-    A batch taken advances the input's ``batch_position`` (if it has one) in the same step.
     """
     with tf.compat.v1.device(cluster.device):
         dataset = call_input_fn(
@@ -51,6 +50,6 @@ def train_batches(cluster: ClusterConfig, config: TrainConfig, definition: Model
 
     def next_batch():
         with tf.compat.v1.device(cluster.device):
-            return batch_position.counted(iterator.get_next())
+            return iterator.get_next()
 
     return next_batch, IteratorInitHook(iterator.initializer)
