@@ -93,8 +93,8 @@ def test_a_checkpoint_of_the_older_string_hash_restores_every_row(num_shards):
             assert not np.allclose(session.run(reads[0]), expected["words"])
 
 
-@pytest.mark.parametrize("restored_shards", [1, 3])
-def test_a_checkpoint_of_todays_hash_restores_resharded(tmp_path, restored_shards):
+@pytest.mark.parametrize(("restored_shards", "sharded"), [(1, True), (3, True), (3, False)])
+def test_a_checkpoint_of_todays_hash_restores_resharded(tmp_path, restored_shards, sharded):
     with tf.Graph().as_default():
         words, numbers, train, reads = _model(2)
         accumulators = de.table_ops.export_component(words, "slot_accumulator")
@@ -118,7 +118,7 @@ def test_a_checkpoint_of_todays_hash_restores_resharded(tmp_path, restored_shard
     with tf.Graph().as_default():
         words, numbers, train, reads = _model(restored_shards)
         accumulators = de.table_ops.export_component(words, "slot_accumulator")
-        saver = tf.compat.v1.train.Saver(sharded=True)
+        saver = tf.compat.v1.train.Saver(sharded=sharded)  # unsharded: one restore op for every shard, as export's
         with tf.compat.v1.Session() as session:
             saver.restore(session, path)
             _check_restored(session, words, numbers, reads, expected, accumulators)
