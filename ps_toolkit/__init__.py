@@ -40,6 +40,18 @@ def embedding_lookups(tables, ids, options=None):
     return sparse_lookup.embedding_lookups(tables, ids, options)
 
 
+def batch_indices(context):
+    """Batch indices from the global step on, as a dataset: after a restore an input goes past what the model saw.
+
+    Call it in an input_fn whose batch ``i`` is made from ``i`` (and the replica) alone; each iterator
+    starts at the global step it finds, so after a ps restart's restore no batch the restored model
+    trained on is read again (docs/reliability.md). See ``training.batch_position.batch_indices``.
+    """
+    from ps_toolkit.training import batch_position  # TensorFlow only when a model is built
+
+    return batch_position.batch_indices(context)
+
+
 def follow_folder(pattern, context, **options):
     """A dataset of the records of the files matching ``pattern`` as they land, each read once, endless.
 
@@ -65,6 +77,7 @@ __all__ = [
     "TaskFailedError",
     "ToolkitError",
     "TrainConfig",
+    "batch_indices",
     "embedding_lookups",
     "follow_folder",
     "resolve",

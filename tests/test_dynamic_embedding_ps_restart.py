@@ -6,10 +6,14 @@ empty tables. The chief must restore the newest checkpoint (the tables'
 "filled" markers make the model not ready until it does), so after the
 restart ps:1's shard of each table holds every id of that checkpoint's
 buckets for the shard (training only adds ids here), and the job ends with
-every task exit 0. A killed worker, then a killed chief, restarted, rejoin and the
-chief keeps the tables the ps still hold (no restore), as for dense variables.
+every task exit 0; each replica's input starts again at the restored global
+step (``ps_toolkit.batch_indices``), so no batch the restored model trained on
+is read again. A killed worker, then a killed chief,
+restarted, rejoin and the chief keeps the tables the ps still hold (no restore),
+as for dense variables.
 """
 
+import collections
 import os
 import time
 
@@ -24,6 +28,8 @@ from tests import logwatch
 
 pytestmark = pytest.mark.slow
 EXAMPLE = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "examples", "dynamic_clicks")
+FIXTURES = os.path.join(os.path.dirname(os.path.abspath(__file__)), "fixtures")
+BATCH_LINE = "trained batch "  # clicks_batch_log's line per trained batch
 TABLES = ("model/user", "model/item")
 
 
@@ -65,10 +71,16 @@ def _live_ids(address: str, table: str, shard: int, num_shards: int) -> set:
 STEPS = 6000
 
 
+def _trained_batches(log_path: str) -> list[int]:
+    """The batch indices a replica trained, in order (clicks_batch_log's lines)."""
+    lines = logwatch.read_log(log_path).splitlines()
+    return [int(line[len(BATCH_LINE) :]) for line in lines if line.startswith(BATCH_LINE)]
+
+
 def _cluster(tmp_path, checkpoint_dir: str) -> LocalCluster:
     args = [
-        "--model_fn=dynamic_clicks:model_fn",
-        "--input_fn=dynamic_clicks:input_fn",
+        "--model_fn=clicks_batch_log:model_fn",
+        "--input_fn=clicks_batch_log:input_fn",
         "--optimizer=adagrad",
         "--learning_rate=0.5",
         "--batch_size=64",
@@ -78,7 +90,7 @@ def _cluster(tmp_path, checkpoint_dir: str) -> LocalCluster:
         "--watchdog_secs=60",
         "--ps_orphan_timeout_secs=30",
     ]
-    env = {"PYTHONPATH": EXAMPLE}
+    env = {"PYTHONPATH": os.pathsep.join([EXAMPLE, FIXTURES])}
     return LocalCluster(num_ps=2, num_workers=2, train_args=args, log_dir=str(tmp_path / "logs"), env=env)
 
 
@@ -128,3 +140,15 @@ def test_a_restarted_ps_gets_its_table_shards_back_from_the_checkpoint(tmp_path)
         codes = local.wait(["worker", "ps"], timeout_secs=300)
         assert set(codes.values()) == {0}, codes
         assert local.restarts["ps:1"] == 1
+        for replica in range(2):
+            # Batches the restored checkpoint trained on (all below its step): read once. Those after it: again,
+            # once at most (an interval).
+            trained = _trained_batches(local.log_path("worker", replica))
+            assert max(trained) > restored_step, (replica, restored_step, trained[-5:])
+            counts = collections.Counter(trained)
+            again = sorted(i for i, count in counts.items() if i < restored_step and count > 1)
+            assert not again, (
+                f"worker {replica} read {len(again)} batches below the restored step {restored_step} again"
+            )
+            redone = sum(1 for count in counts.values() if count > 1)
+            print(f"worker {replica}: {len(trained)} batches, {redone} read twice; restored step {restored_step}")

@@ -78,10 +78,14 @@ def variables_of_graph(graph=None) -> dict:
 
 def _check_dtypes(key_dtype, value_dtype) -> tuple[tf.DType, tf.DType]:
     key_dtype, value_dtype = tf.as_dtype(key_dtype), tf.as_dtype(value_dtype)
+    served = SERVED_VALUE_DTYPES + STORED_AS_FLOAT64
     if value_dtype not in TFRA_DTYPE_PAIRS.get(key_dtype, ()):
-        valid = [[key.name, value.name] for key, values in TFRA_DTYPE_PAIRS.items() for value in values]
+        # TFRA's text, listing only the pairs served here: a pair TFRA took but these tables refuse is no advice.
+        valid = [
+            [key.name, value.name] for key, values in TFRA_DTYPE_PAIRS.items() for value in values if value in served
+        ]
         raise errors.TfraTypeError(f"key-value dtype ({key_dtype.name}-{value_dtype.name}) is not support! {valid}")
-    if value_dtype not in SERVED_VALUE_DTYPES + STORED_AS_FLOAT64:
+    if value_dtype not in served:
         raise NotServedUseError(
             f"a dynamic_embedding.Variable of {value_dtype.name} values is not served: the tables hold "
             "float rows (float32, float64, float16, bfloat16; int32 and int8 values are kept as float64)"

@@ -5,7 +5,9 @@ Zipf law over a vocabulary that grows with the batch index (new ids appear
 at the tail as training goes on), and a click is drawn from a hidden
 preference of the user for the item's kind (both functions of the ids), so
 the tables have something to learn. Nothing to download; every replica
-draws its own batches (seeded by its index).
+draws its own batches (seeded by its index), batch ``i`` from ``i`` alone, the
+indices starting at the global step (``ps_toolkit.batch_indices``): after a
+restore (a ps restart) no replica reads a batch the restored model trained on.
 
 params (``--params`` JSON): ``dim`` (8), ``admit_after`` (1), ``evict_after_steps`` (None),
 ``max_rows_per_shard`` (None: the default bound from the ps's memory), ``first_vocab`` (2000),
@@ -85,11 +87,16 @@ def _batch(index, replica: int, batch_size: int, p: dict):
     return {"user": users, "item": items}, clicks
 
 
-def input_fn(input_context, params=None):
+def indexed_batches(input_context, params=None) -> tf.data.Dataset:
+    """(index, features, clicks) of this replica's batches, from the global step its input starts at."""
     p = _params(params)
     replica = input_context.input_pipeline_id
     batch_size = input_context.get_per_replica_batch_size()
-    return tf.data.Dataset.range(2**62).map(lambda index: _batch(index, replica, batch_size, p))
+    return ps_toolkit.batch_indices(input_context).map(lambda index: (index, *_batch(index, replica, batch_size, p)))
+
+
+def input_fn(input_context, params=None):
+    return indexed_batches(input_context, params).map(lambda index, features, clicks: (features, clicks))
 
 
 def eval_input_fn(params=None):

@@ -1,7 +1,10 @@
 """Ids as the tables take them: the key dtypes, a 64-bit hash per id, its save bucket and its shard.
 
 Every id is hashed once to 64 bits (int64 ids by a splitmix64 finaliser,
-strings by ``tf.strings.to_hash_bucket_fast``). The hash picks the id's save
+strings by FarmHash, ``tf.strings.to_hash_bucket_fast``, then the same
+finaliser, so that all 64 bits vary: FarmHash modulo 2**63 - 1 alone never
+sets the top bit, and would leave half the buckets without a string id;
+``saving.py`` restores checkpoints written with that hash). The hash picks the id's save
 bucket (``NUM_SAVE_BUCKETS`` of them, fixed for every job) and the bucket picks
 the shard (``bucket % num_shards``), so a bucket always lives whole on one
 shard whatever the number of ps: a checkpoint is written bucket by bucket and
@@ -71,9 +74,10 @@ def ids_of_hashes(hashes: tf.Tensor) -> tf.Tensor:
 
 
 def hash64(ids: tf.Tensor) -> tf.Tensor:
-    """A uint64 hash of each id, the same in every process (int64: splitmix64; string: FarmHash)."""
+    """A uint64 hash of each id, the same in every process (int64: splitmix64; string: FarmHash, then splitmix64's
+    finaliser, a bijection that moves FarmHash's 63 bits into all 64)."""
     if ids.dtype == tf.string:
-        return tf.bitcast(tf.strings.to_hash_bucket_fast(ids, 2**63 - 1), tf.uint64)
+        return mix64(tf.bitcast(tf.strings.to_hash_bucket_fast(ids, 2**63 - 1), tf.uint64))
     return mix64(tf.bitcast(tf.cast(ids, tf.int64), tf.uint64) + _u64(GOLDEN))
 
 

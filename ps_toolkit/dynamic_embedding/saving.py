@@ -11,7 +11,7 @@ import weakref
 import tensorflow as tf
 
 from ps_toolkit.base import tf_internals
-from ps_toolkit.dynamic_embedding import keys, shard_records
+from ps_toolkit.dynamic_embedding import keys, restore_routing, shard_records
 from ps_toolkit.dynamic_embedding.hash_tables import HashTable, on_device
 
 _SaveableObject, _SaveSpec = tf_internals.saveable_classes()
@@ -106,8 +106,27 @@ class GroupShardSaveable(_SaveableObject):
         """The shard's ps."""
         return self._shard.device
 
+    @property
+    def shard(self):
+        """The GroupShard saved."""
+        return self._shard
+
+    @property
+    def component(self) -> str:
+        """The component saved: rows, meta or slot_<name>."""
+        return self._component
+
+    @property
+    def hash_table(self) -> HashTable:
+        """The component's HashTable."""
+        return self._hash_table
+
     def restore(self, restored_tensors, restored_shapes=None):
-        """Replaces the shard's content by the keys and values of its tables' buckets."""
+        """Replaces the shard's content by the keys and values of its tables' buckets.
+
+        String ids go through ``restore_routing``: a checkpoint of the older string hash holds them in
+        buckets of other shards. Int64 ids are always in the bucket of their hash: each shard restores its own.
+        """
         shard, group = self._shard, self._shard.group
         key_dtype, width = group.key.key_dtype, self._hash_table.width
         per_table = 2 * len(keys.buckets_of_shard(shard.index, group.num_shards))
@@ -130,6 +149,8 @@ class GroupShardSaveable(_SaveableObject):
                     f"holds values of another shape than the table's [{width}]"
                 ),
             )
+            if key_dtype == tf.string:
+                return restore_routing.routed_restore(self, restored_tensors[0], ids, values, tags, check)
             stored = keys.stored_keys(key_dtype, tags, ids, keys.hash64(ids))
             with tf.control_dependencies([check]):
                 replaced = self._hash_table.replace(stored, tf.ensure_shape(values, [None, width]))
