@@ -86,6 +86,7 @@ class ClusterOutcome:
     launched_at: float
     results: dict  # name -> TaskResult
     training_over_at: float | None
+    load_average: float | None = None  # the machine's one-minute load average as the run ended
 
     def describe(self) -> str:
         return "\n".join(r.describe() for r in self.results.values())
@@ -131,7 +132,7 @@ def run_cluster(
     finally:
         run.end()
     run.stamp_markers()
-    outcome = ClusterOutcome(launched_at, run.results, over_at)
+    outcome = ClusterOutcome(launched_at, run.results, over_at, round(os.getloadavg()[0], 1))
     failed = [r for r in run.results.values() if r.returncode not in (0, None) and not r.killed]
     if over_at is None or failed:
         reason = "timed out" if over_at is None else f"{', '.join(r.task.name for r in failed)} failed"
