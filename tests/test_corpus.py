@@ -36,6 +36,8 @@ class Case:
     race_signs: tuple = ()
     # A run the verdict must fail: (exit status, regular expression the launcher's output must show).
     fails_with: tuple = ()
+    # A regular expression the launcher's success line must show (the evidence the verdict found).
+    succeeds_with: str = ""
 
 
 TWO_WORKERS = ["--num_ps=1", "--num_workers=2"]
@@ -134,6 +136,14 @@ CASES = {
             r"use \(its chief's job name is 'chief'\); try --chief_role_name=master",
         ),
     ),
+    # Our own script of tf_cnn_benchmarks' TF 1.15 branch's shape (the package is too large to keep): TF 1.x
+    # internal imports at the top, parameter_server on 1 ps + 2 workers; the verdict's evidence: `total images/sec`.
+    "tf_cnn_benchmarks_shape": Case(
+        "tf_cnn_benchmarks_shape",
+        ["cnn_benchmarks_shape.py", "--variable_update=parameter_server", "--num_batches=10", "--batch_size=8"],
+        timeout_secs=90,
+        succeeds_with=r"its work: its throughput line 'total images/sec: [0-9.]+' \(worker:0\)",
+    ),
     # Its cluster is written into the script: the launcher serves those addresses (in its own network namespace).
     "tmulc18_ssgd": Case(
         "tmulc18_ssgd", ["ssgd.py"], cluster=["--ps_hosts=localhost:2222", f"--worker_hosts={SSGD_WORKERS}"]
@@ -192,6 +202,7 @@ def test_a_public_script_runs_unchanged_to_a_clean_end(name, tmp_path):
         pytest.xfail(case.race)
     assert proc.returncode == 0, shown
     assert "launcher: succeeded" in proc.stdout, shown
+    assert re.search(f"launcher: succeeded.*{case.succeeds_with}", proc.stdout), shown
     CLEAN_RUNS.append(name)
 
 
