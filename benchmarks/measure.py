@@ -28,6 +28,7 @@ class RunFigures:
     bytes_per_step: float | None = None
     auc: float | None = None  # the evaluation's ROC AUC, where a task printed one
     load_average: float | None = None  # the machine's one-minute load average as the run ended
+    done_spread_s: float | None = None  # the first replica's ``done`` until the last one's
 
 
 def figures(outcome: ClusterOutcome) -> RunFigures:
@@ -82,6 +83,7 @@ def figures(outcome: ClusterOutcome) -> RunFigures:
         bytes_per_step=moved,
         auc=aucs[-1] if aucs else None,
         load_average=outcome.load_average,
+        done_spread_s=max(p[0] for p in dones) - min(p[0] for p in dones) if dones else None,
     )
 
 
@@ -135,6 +137,7 @@ def summarize(runs: list[RunFigures]) -> dict:
         "measured_bytes_per_step": _median_or_none([r.bytes_per_step for r in runs], 0),
         "auc": _median_or_none([r.auc for r in runs], 4),
         "load_average": _min_max([r.load_average for r in runs]),
+        "done_spread_s": _min_max([None if r.done_spread_s is None else round(r.done_spread_s, 2) for r in runs]),
         "repetitions": len(runs),
     }
 

@@ -28,8 +28,10 @@ def test_no_burners_and_a_negative_count_refused():
         cpu_load.CpuLoad(-1)
 
 
-def test_a_summary_gives_the_runs_load_averages_as_min_and_max():
+def test_a_summary_gives_the_runs_load_averages_and_done_spreads_as_min_and_max():
     base = dict(steps_per_sec=1.0, startup_s=1.0, shutdown_s=1.0, killed=(), accuracy=None, final_global_step=1)
     runs = [measure.RunFigures(**base, load_average=value) for value in (9.5, 8.1, 12.0)]
     assert measure.summarize(runs)["load_average"] == [8.1, 12.0]
     assert measure.summarize([measure.RunFigures(**base)])["load_average"] is None
+    spread = [measure.RunFigures(**base, done_spread_s=value) for value in (0.5, 9.25)]
+    assert measure.summarize(spread)["done_spread_s"] == [0.5, 9.25]
