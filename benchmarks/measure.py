@@ -28,7 +28,7 @@ class RunFigures:
     bytes_per_step: float | None = None
     auc: float | None = None  # the evaluation's ROC AUC, where a task printed one
     load_average: float | None = None  # the machine's one-minute load average as the run ended
-    done_spread_s: float | None = None  # the first replica's ``done`` until the last one's
+    done_spread_s: float | None = None  # the first replica's last step until the last replica's (``done`` times)
 
 
 def figures(outcome: ClusterOutcome) -> RunFigures:
