@@ -43,6 +43,8 @@ class Case:
     first: list = field(default_factory=list)
     # A file (glob pattern under the run's out folder) a clean run must have written.
     writes: str = ""
+    # A script of our own of a public script's shape (its SOURCE.md says which), not a published one.
+    own: bool = False
 
 
 TWO_WORKERS = ["--num_ps=1", "--num_workers=2"]
@@ -148,6 +150,7 @@ CASES = {
         ["cnn_benchmarks_shape.py", "--variable_update=parameter_server", "--num_batches=10", "--batch_size=8"],
         timeout_secs=90,
         succeeds_with=r"its work: its throughput line 'total images/sec: [0-9.]+' \(worker:0\)",
+        own=True,
     ),
     # TFRA's estimator demo in its serving mode: restores the model_dir its train mode wrote (the first run), exports
     # a SavedModel, trains nothing. Its tensorflow_datasets is a local stand-in in the folder (nothing downloads).
@@ -234,6 +237,7 @@ def _shows(path, pattern) -> bool:
 
 
 def teardown_module():
-    scripts = len({case.folder for case in CASES.values()})
-    counts = f"{len(CLEAN_RUNS)} of {len(CASES)} runs ({scripts} public scripts)"
+    public = len({case.folder for case in CASES.values() if not case.own})
+    own = len({case.folder for case in CASES.values() if case.own})
+    counts = f"{len(CLEAN_RUNS)} of {len(CASES)} runs ({public} public scripts, {own} of our own of a public shape)"
     print(f"\ncorpus: {counts} ended clean, unchanged: {CLEAN_RUNS}")
