@@ -14,7 +14,7 @@ import time
 
 from absl import app, flags, logging
 
-from benchmarks import graph_size, plan, report, systems, tfra_systems
+from benchmarks import cpu_load, graph_size, plan, report, systems, tfra_systems
 from benchmarks.driver import Limits, run_plan
 from ps_toolkit import cli
 
@@ -36,6 +36,7 @@ _CTR_DIM = flags.DEFINE_integer("ctr_dim", plan.CTR_DIM, "The ctr model's embedd
 _CTR_LEVERS = flags.DEFINE_boolean(
     "ctr_levers", False, "Also ps_toolkit on the ctr model with each of its levers changed alone (zipf1.05)."
 )
+_CTR_LAWS = flags.DEFINE_list("ctr_laws", list(plan.CTR_LAWS), "The ctr model's id laws to run.")
 _CTR_TF2_UNIFORM = flags.DEFINE_boolean("ctr_tf2_uniform", True, "TF2's strategy on the ctr model's uniform ids too.")
 _CTR_GRAPHS = flags.DEFINE_boolean(
     "ctr_graphs",
@@ -52,6 +53,12 @@ _TFRA_PYTHON = flags.DEFINE_string(
     "The python of a virtual environment with TF 2.15.1 and tensorflow-recommenders-addons 0.7.2 (tfra_tf2_15); "
     "default: the one benchmarks/tfra_env.py makes.",
 )
+_LOAD_PROCS = flags.DEFINE_integer(
+    "load_procs",
+    0,
+    "CPU burners (one core each) the benchmark runs beside every run and ends before it returns: "
+    "figures under load (each record's load_average says what the machine's was).",
+)
 _TASK_LOGS = flags.DEFINE_string(
     "task_logs",
     None,
@@ -65,6 +72,10 @@ def _main(argv):
     unknown = set(_MODELS.value) - set(plan.MODEL_NAMES) or set(_SYSTEMS.value) - set(systems.SYSTEMS)
     if unknown:
         raise app.UsageError(f"unknown --models/--systems {sorted(unknown)}")
+    if set(_CTR_LAWS.value) - set(plan.CTR_LAWS):
+        raise app.UsageError(f"unknown --ctr_laws {sorted(set(_CTR_LAWS.value) - set(plan.CTR_LAWS))}")
+    if _LOAD_PROCS.value < 0:
+        raise app.UsageError(f"--load_procs={_LOAD_PROCS.value} must be 0 or more")
     for name, flag in (("ctr_vocab", _CTR_VOCAB), ("ctr_dim", _CTR_DIM)):
         if flag.value < 1:
             raise app.UsageError(f"--{name}={flag.value} must be positive")
@@ -74,6 +85,7 @@ def _main(argv):
     make = plan.quick if _QUICK.value else plan.full
     models, sizes = tuple(_MODELS.value), (_CTR_VOCAB.value, _CTR_DIM.value)
     configs = [c for c in make(models, _STEPS_SCALE.value, sizes, _CTR_LEVERS.value) if c.system in _SYSTEMS.value]
+    configs = [c for c in configs if c.ctr is None or c.ctr.ids in _CTR_LAWS.value]
     if not _CTR_TF2_UNIFORM.value:  # the targets at uniform ids are against the raw script only
         configs = [c for c in configs if not (c.ctr and c.system == systems.TF2 and c.ctr.ids == "uniform")]
     graphs = plan.graph_configs(*sizes) if systems.CTR in models and _CTR_GRAPHS.value else []
@@ -90,8 +102,9 @@ def _main(argv):
         count_loopback=network is not None,
         task_logs_dir=_TASK_LOGS.value,
     )
-    records = run_plan(configs, limits)
-    graph_records = [graph_size.measure(g, _REPETITIONS.value, _GRAPH_TIMEOUT.value, tfra_python) for g in graphs]
+    with cpu_load.CpuLoad(_LOAD_PROCS.value):
+        records = run_plan(configs, limits)
+        graph_records = [graph_size.measure(g, _REPETITIONS.value, _GRAPH_TIMEOUT.value, tfra_python) for g in graphs]
     records = graph_size.with_graph_figures(records, graph_records)
     from benchmarks import main_job
     from benchmarks.balance import balance_table
@@ -103,6 +116,7 @@ def _main(argv):
         "skipped": skipped,
         "network": network or "the host's (no private namespace: bytes per step not measured)",
         "machine": f"{platform.machine()}, {os.cpu_count()} cores, load average {os.getloadavg()[0]:.1f} at the end",
+        "load_procs": _LOAD_PROCS.value,
         "seconds": round(time.monotonic() - started, 1),
         "placement_balance_2ps": balance_table(_MODELS.value),
         "main_job": main_job.measure(main_job_runs) if main_job_runs > 0 else None,

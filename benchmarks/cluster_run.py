@@ -5,7 +5,11 @@ Tasks marked ``fork`` are forked from a fork server this run starts at launch
 (ps_toolkit.process.fork_client), as the launcher starts the toolkit's tasks; its
 TensorFlow import is part of the run's launch-to-first-step.
 Training is over when any task prints its ``done`` marker (or every task that
-must finish has exited); from then on every process has
+must finish has exited); with ``replica_end_s``, once every replica (a task that
+printed a marker) has printed ``done`` or exited, waiting at most that long after the
+first ``done``, not in a run ended by time (``end_after_warm``): a chief's final
+save and evaluation on a loaded machine outlast a short grace. From then on every
+process has
 ``exit_grace_s`` to exit by itself, after which it is killed and recorded as
 such: a ps that joins forever, or a sync replica left blocked on its token queue.
 
@@ -86,6 +90,7 @@ class ClusterOutcome:
     launched_at: float
     results: dict  # name -> TaskResult
     training_over_at: float | None
+    load_average: float | None = None  # the machine's one-minute load average as the run ended
 
     def describe(self) -> str:
         return "\n".join(r.describe() for r in self.results.values())
@@ -96,6 +101,7 @@ def run_cluster(
     *,
     timeout_s: float,
     exit_grace_s: float,
+    replica_end_s: float = 0.0,
     end_after_warm: tuple | None = None,
     wait_for_event: str | None = None,
     count_loopback: bool = False,
@@ -127,11 +133,13 @@ def run_cluster(
                 run.start(task)
         _start_when_due(run, [t for t in tasks if t.start_after], deadline)
         over_at = _wait_for_end(run, deadline, end_after_warm, wait_for_event)
+        if over_at is not None and replica_end_s > 0 and end_after_warm is None:
+            over_at = _wait_for_replicas(run, min(deadline, time.monotonic() + replica_end_s))
         _wait_for_exits(run, min(deadline, time.monotonic() + exit_grace_s))
     finally:
         run.end()
     run.stamp_markers()
-    outcome = ClusterOutcome(launched_at, run.results, over_at)
+    outcome = ClusterOutcome(launched_at, run.results, over_at, round(os.getloadavg()[0], 1))
     failed = [r for r in run.results.values() if r.returncode not in (0, None) and not r.killed]
     if over_at is None or failed:
         reason = "timed out" if over_at is None else f"{', '.join(r.task.name for r in failed)} failed"
@@ -276,6 +284,22 @@ def _wait_for_end(run: _Run, deadline: float, end_after_warm, wait_for_event=Non
         left = deadline - time.monotonic()
         if left <= 0:
             return time.time() if end_after_warm is not None and _all_warm(run.results, end_after_warm) else None
+        run.wait(left)
+    return time.time()
+
+
+def _wait_for_replicas(run: _Run, deadline: float) -> float:
+    """Waits (until ``deadline``) for every replica to print ``done`` or exit; the time it ended."""
+    while not all(
+        r.exited_at is not None or any(m["event"] == "done" for m in r.markers)
+        for r in run.results.values()
+        if r.markers
+    ):
+        if any(r.returncode not in (None, 0) for r in run.results.values()):
+            break  # a failure ends the run early
+        left = deadline - time.monotonic()
+        if left <= 0:
+            break
         run.wait(left)
     return time.time()
 

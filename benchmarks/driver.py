@@ -23,6 +23,8 @@ class Limits:
     budget_s: float = 540.0  # no new repetition starts after this
     run_timeout_s: float = 300.0  # a loaded machine's start-ups alone took 100 s
     exit_grace_s: float = 10.0  # after training ends, a process still running this long is killed
+    # After the first replica's ``done``, how long the others get to print theirs (training ends at the last).
+    replica_end_s: float = 60.0
     measure_s: float = 4.0  # timing window of runs measured by time (the raw script)
     count_loopback: bool = False  # the runs' loopback carries only their own traffic (a private namespace)
     task_logs_dir: str | None = None  # each run's task logs are kept in a subfolder of this one
@@ -71,6 +73,7 @@ def run_once(config: systems.Config, limits: Limits, data_dir: str) -> measure.R
             options = {
                 "timeout_s": limits.run_timeout_s,
                 "exit_grace_s": limits.exit_grace_s,
+                "replica_end_s": limits.replica_end_s,
                 "count_loopback": limits.count_loopback,
                 "keep_logs_in": _run_logs_dir(limits.task_logs_dir, config),
             }

@@ -27,6 +27,8 @@ class RunFigures:
     # Bytes all tasks sent each other per global step over the same window (a run counting loopback only).
     bytes_per_step: float | None = None
     auc: float | None = None  # the evaluation's ROC AUC, where a task printed one
+    load_average: float | None = None  # the machine's one-minute load average as the run ended
+    done_spread_s: float | None = None  # the first replica's last step until the last replica's (``done`` times)
 
 
 def figures(outcome: ClusterOutcome) -> RunFigures:
@@ -80,6 +82,8 @@ def figures(outcome: ClusterOutcome) -> RunFigures:
         cpu_ms_per_step_by_task=by_task,
         bytes_per_step=moved,
         auc=aucs[-1] if aucs else None,
+        load_average=outcome.load_average,
+        done_spread_s=max(p[0] for p in dones) - min(p[0] for p in dones) if dones else None,
     )
 
 
@@ -132,6 +136,8 @@ def summarize(runs: list[RunFigures]) -> dict:
         "cpu_ms_per_step_by_task": _median_by_task([r.cpu_ms_per_step_by_task for r in runs]),
         "measured_bytes_per_step": _median_or_none([r.bytes_per_step for r in runs], 0),
         "auc": _median_or_none([r.auc for r in runs], 4),
+        "load_average": _min_max([r.load_average for r in runs]),
+        "done_spread_s": _min_max([None if r.done_spread_s is None else round(r.done_spread_s, 2) for r in runs]),
         "repetitions": len(runs),
     }
 
@@ -140,6 +146,11 @@ def _median_by_task(per_run: list) -> dict | None:
     per_run = [r for r in per_run if r]
     tasks = sorted({task for r in per_run for task in r})
     return {task: _median_or_none([r.get(task) for r in per_run], 2) for task in tasks} or None
+
+
+def _min_max(values) -> list | None:
+    values = [v for v in values if v is not None]
+    return [min(values), max(values)] if values else None
 
 
 def _median_or_none(values, digits):

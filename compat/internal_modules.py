@@ -7,6 +7,8 @@ Registered in ``sys.modules`` by ``legacy_tf.install()`` under their TF 1.x name
   private thread pool (what TF 2 made of it).
 - ``tensorflow.python.distribute.all_reduce``: TF 1.x's all-reduce builders where public ops make
   them (compat/all_reduce.py), the others refused in one line.
+- Names TF 2.13-2.21 moved between its own modules, back at their TF 1.x place
+  (``ops.register_tensor_conversion_function``, ``variables.VariableV1``: tf_internals.MOVED_NAMES).
 - ``tensorflow.python.estimator`` and everything below it: the same modules of the tensorflow-estimator
   package, as TF 1.14-2.15 forwarded them (``from tensorflow.python.estimator.model_fn import ModeKeys``).
 """

@@ -34,6 +34,7 @@ from ps_toolkit_compat import (
     supervision,
     task_context,
     task_start,
+    tf_internals,
 )
 from ps_toolkit_compat.removed import RemovedModuleError, RemovedSymbolError
 from ps_toolkit_compat.tfra import install as tfra_install
@@ -183,6 +184,7 @@ def install() -> LegacyModule:
     _serve_compat_v1(legacy)
     sys.modules.update(submodules)
     sys.modules.update(internal_modules.MODULES)
+    tf_internals.restore_moved_names()
     internal_modules.install_finders()
     sys.modules["tensorflow"] = legacy
     sys.meta_path.insert(0, _RemovedModuleFinder())

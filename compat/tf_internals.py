@@ -46,6 +46,36 @@ ESTIMATOR_PACKAGE = (
     )
 )
 
+# TF 1.x names that TF 2.13-2.21 moved out of their module into another one; old scripts (tf_cnn_benchmarks'
+# TF 1.15 branch) reach them at the old place: (old module, name, the module that holds it now).
+MOVED_NAMES = (
+    (
+        "tensorflow.python.framework.ops",
+        "register_tensor_conversion_function",
+        "tensorflow.python.framework.tensor_conversion_registry",
+    ),
+    ("tensorflow.python.ops.variables", "VariableV1", "tensorflow.python.ops.variable_v1"),
+)
+for _old, _name, _new in MOVED_NAMES:
+    _use(
+        _old.rsplit(".", 1)[0],
+        _old.rsplit(".", 1)[1],
+        _INTERNAL_MODULES,
+        f"the module TF 1.x scripts import {_name} from",
+    )
+    _use(_new, _name, _INTERNAL_MODULES, f"{_name} itself, served again as {_old}.{_name} for TF 1.x scripts")
+
+
+def restore_moved_names() -> None:
+    """Puts each of ``MOVED_NAMES`` back where TF 1.x had it (the same object under both names); idempotent."""
+    import importlib
+
+    for old, name, new in MOVED_NAMES:
+        module = importlib.import_module(old)
+        if not hasattr(module, name):
+            setattr(module, name, getattr(importlib.import_module(new), name))
+
+
 # --- Sessions and SyncReplicasOptimizer (compat/supervision.py) --------------------------------------------------
 
 _CLOSED = _use(

@@ -44,6 +44,7 @@ def test_figures_time_the_window_where_every_replica_is_past_warm_up():
     assert figures.startup_s == pytest.approx(2.5)  # the last replica's first step
     assert figures.startup_first_s == pytest.approx(2.0)
     assert figures.shutdown_s == pytest.approx(113.6 - 113.2)
+    assert figures.done_spread_s == pytest.approx(113.2 - 113.0)  # the first replica's done to the last's
     assert figures.accuracy == pytest.approx(0.91)
     assert figures.cpu_ms_per_step == pytest.approx(1000 * 2 * (113.0 - 104.0) / 900)
     assert figures.cpu_ms_per_step_by_task == pytest.approx({"a": 10.0, "b": 10.0})

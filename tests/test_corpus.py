@@ -36,6 +36,15 @@ class Case:
     race_signs: tuple = ()
     # A run the verdict must fail: (exit status, regular expression the launcher's output must show).
     fails_with: tuple = ()
+    # A regular expression the launcher's success line must show (the evidence the verdict found).
+    succeeds_with: str = ""
+    # What follows run_legacy.py in a run of the same script on the same cluster that must succeed first
+    # (a training run whose model_dir the case's own run restores).
+    first: list = field(default_factory=list)
+    # A file (glob pattern under the run's out folder) a clean run must have written.
+    writes: str = ""
+    # A script of our own of a public script's shape (its SOURCE.md says which), not a published one.
+    own: bool = False
 
 
 TWO_WORKERS = ["--num_ps=1", "--num_workers=2"]
@@ -134,6 +143,25 @@ CASES = {
             r"use \(its chief's job name is 'chief'\); try --chief_role_name=master",
         ),
     ),
+    # Our own script of tf_cnn_benchmarks' TF 1.15 branch's shape (the package is too large to keep): TF 1.x
+    # internal imports at the top, parameter_server on 1 ps + 2 workers; the verdict's evidence: `total images/sec`.
+    "tf_cnn_benchmarks_shape": Case(
+        "tf_cnn_benchmarks_shape",
+        ["cnn_benchmarks_shape.py", "--variable_update=parameter_server", "--num_batches=10", "--batch_size=8"],
+        timeout_secs=90,
+        succeeds_with=r"its work: its throughput line 'total images/sec: [0-9.]+' \(worker:0\)",
+        own=True,
+    ),
+    # TFRA's estimator demo in its serving mode: restores the model_dir its train mode wrote (the first run), exports
+    # a SavedModel, trains nothing. Its tensorflow_datasets is a local stand-in in the folder (nothing downloads).
+    "tfra_movielens_estimator_export": Case(
+        "tfra_movielens_estimator",
+        ["movielens-100k-estimator.py", "--mode=serving", "--model_dir={out}/ckpt", "--export_dir={out}/export"],
+        cluster=ESTIMATOR,
+        first=["movielens-100k-estimator.py", "--mode=train", "--model_dir={out}/ckpt"],
+        writes="export/*/saved_model.pb",
+        succeeds_with=r"its work: restored \S+/ckpt/model\.ckpt-\d+ and exported \S+/export/\d+ \(chief:0\)",
+    ),
     # Its cluster is written into the script: the launcher serves those addresses (in its own network namespace).
     "tmulc18_ssgd": Case(
         "tmulc18_ssgd", ["ssgd.py"], cluster=["--ps_hosts=localhost:2222", f"--worker_hosts={SSGD_WORKERS}"]
@@ -154,8 +182,15 @@ def _make_data(kind, folder):
 def run_case(case, tmp_path):
     data, out = tmp_path / "data", tmp_path / "out"
     _make_data(case.data, str(data))
-    script = [part.format(data=data, out=out) for part in case.script]
-    command = [sys.executable, LAUNCH_LOCAL, f"--log_dir={tmp_path / 'run'}", "--nochart", "--grace_secs=30"]
+    if case.first:
+        first = _launch(case, case.first, tmp_path / "first_run", data, out)
+        assert first.returncode == 0, f"the first run failed: exit {first.returncode}\n{first.stdout[-6000:]}"
+    return _launch(case, case.script, tmp_path / "run", data, out)
+
+
+def _launch(case, script, run_dir, data, out):
+    script = [part.format(data=data, out=out) for part in script]
+    command = [sys.executable, LAUNCH_LOCAL, f"--log_dir={run_dir}", "--nochart", "--grace_secs=30"]
     command += [f"--timeout_secs={case.timeout_secs}"]
     command += case.cluster + ["--", sys.executable, RUN_LEGACY] + script
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [ROOT, os.environ.get("PYTHONPATH")])))
@@ -192,6 +227,8 @@ def test_a_public_script_runs_unchanged_to_a_clean_end(name, tmp_path):
         pytest.xfail(case.race)
     assert proc.returncode == 0, shown
     assert "launcher: succeeded" in proc.stdout, shown
+    assert re.search(f"launcher: succeeded.*{case.succeeds_with}", proc.stdout), shown
+    assert not case.writes or list((tmp_path / "out").glob(case.writes)), f"no {case.writes} written:\n{shown}"
     CLEAN_RUNS.append(name)
 
 
@@ -200,6 +237,7 @@ def _shows(path, pattern) -> bool:
 
 
 def teardown_module():
-    scripts = len({case.folder for case in CASES.values()})
-    counts = f"{len(CLEAN_RUNS)} of {len(CASES)} runs ({scripts} public scripts)"
+    public = len({case.folder for case in CASES.values() if not case.own})
+    own = len({case.folder for case in CASES.values() if case.own})
+    counts = f"{len(CLEAN_RUNS)} of {len(CASES)} runs ({public} public scripts, {own} of our own of a public shape)"
     print(f"\ncorpus: {counts} ended clean, unchanged: {CLEAN_RUNS}")

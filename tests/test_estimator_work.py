@@ -68,11 +68,14 @@ def test_estimator_train_on_a_ps_is_one_line_naming_the_task_and_the_call_exit_2
 
 
 @pytest.mark.slow
-def test_an_export_only_estimator_job_succeeds_under_the_launcher_saying_it_trained_nothing(tmp_path):
+def test_an_export_only_estimator_job_succeeds_under_the_launcher_saying_it_counted_no_step(tmp_path):
     model_dir = trained_model(tmp_path)
     serve = ["--mode=serve", f"--model_dir={model_dir}", f"--export_dir={tmp_path / 'export'}"]
     run = launch(tmp_path / "run", ["--num_ps=1", "--num_workers=1", "--chief"], legacy(SCRIPT, *serve))
     assert run.returncode == 0, run.describe()
-    said = "launcher: succeeded: the chief (chief:0) finished with status 0 (it trained nothing; its work: restored "
+    said = (
+        "launcher: succeeded: the chief (chief:0) finished with status 0 (no training step the launcher could count; "
+    )
+    said += "its work: restored "
     assert said + os.path.join(model_dir, "model.ckpt-5") + " and exported " in run.output, run.describe()
     assert "and predicted 6 examples (chief:0))" in run.output, run.describe()

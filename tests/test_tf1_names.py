@@ -1,7 +1,8 @@
 """TF 1.x names that public scripts of the contrib era use: tf.contrib.learn.datasets and TF 1.x's all_reduce module.
 
 kubeflow's mnist example loads MNIST through ``tf.contrib.learn.datasets.DATASETS['mnist']``;
-tf_cnn_benchmarks' TF 1.15 branch imports ``tensorflow.python.distribute.all_reduce`` at the top.
+tf_cnn_benchmarks' TF 1.15 branch imports ``tensorflow.python.distribute.all_reduce`` at the top, and reaches
+``ops.register_tensor_conversion_function`` and ``variables.VariableV1`` where TF 1.x had them.
 """
 
 import os
@@ -45,6 +46,13 @@ def test_all_reduce_imports_and_its_shuffle_builder_sums_across_devices_and_cont
     loaded = re.search(r"^mnist \((\d+), 784\) \((\d+),\) (\d+)$", done.stdout, re.MULTILINE)
     assert loaded and loaded[1] == loaded[2] and int(loaded[1]) > 0 and int(loaded[3]) > 0, explain(done)
     assert "hasattr False" in done.stdout, explain(done)
+
+
+def test_names_tf_moved_between_its_modules_are_served_where_tf1_had_them(mnist_dir):
+    done = probe(mnist_dir)
+    assert done.returncode == 0, explain(done)
+    # A Box converts through the registered function; the VariableV1 honours its collections, as TF 1.x's did.
+    assert "moved [4.0, 6.0] True" in done.stdout, explain(done)
 
 
 @pytest.mark.parametrize(

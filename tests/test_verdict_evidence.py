@@ -87,12 +87,14 @@ class _Output:
         self.work = scanned(lines)
 
 
-def test_confirm_calls_an_export_only_run_a_success_that_trained_nothing():
+def test_confirm_calls_an_export_only_run_a_success_with_no_training_step():
     outputs = {"chief:0": _Output(["Restoring parameters from /m/c-1", "SavedModel written to: /e/1"])}
     ends = [verdict.TaskEnd("chief:0", "finished")]
     ok, message, code = verdict.confirm("the chief (chief:0) finished with status 0", ends, outputs, "chief:0", [])
     assert ok and code == 0, message
-    assert message.endswith("(it trained nothing; its work: restored /m/c-1 and exported /e/1 (chief:0))"), message
+    assert message.endswith(
+        "(no training step the launcher could count; its work: restored /m/c-1 and exported /e/1 (chief:0))"
+    ), message
 
 
 def test_confirm_fails_a_chief_that_did_nothing_with_the_hint():
@@ -130,10 +132,13 @@ def run_shape(shape, flags, tmp_path):
 CHIEF_AND_WORKER = ["--num_ps=0", "--num_workers=1", "--chief"]
 
 
-def test_an_export_only_run_succeeds_saying_it_trained_nothing(tmp_path):
+def test_an_export_only_run_succeeds_saying_it_counted_no_training_step(tmp_path):
     code, output, shown = run_shape("export", CHIEF_AND_WORKER, tmp_path)
     assert code == 0, shown
-    said = "launcher: succeeded: the chief (chief:0) finished with status 0 (it trained nothing; its work: restored "
+    said = (
+        "launcher: succeeded: the chief (chief:0) finished with status 0 (no training step the launcher could count; "
+    )
+    said += "its work: restored "
     assert said + "/tmp/model_dir/model.ckpt-1000 and exported /tmp/export/1700000000/saved_model.pb" in output, shown
 
 

@@ -88,7 +88,7 @@ def confirm(
         return True, message, 0
     work = work_evidence(outputs)
     if work is not None:
-        return True, f"{message} (it trained nothing; its work: {work})", 0
+        return True, f"{message} (no training step the launcher could count; its work: {work})", 0
     if output_lost:
         return True, f"{message} (whether it trained is unknown: its output did not fit in the log folder)", 0
     tail = "\n".join(f"    {line}" for line in chief_tail)
