@@ -1,0 +1,343 @@
+"""Fixed tables to dynamic tables (dynamic_embedding.conversion, ps-convert-embeddings).
+
+A ctr-shaped model on fixed partitioned tables (benchmarks/ctr_model.py, a few fields, a few rows),
+trained a few steps, is converted; the same model on dynamic tables restores the converted
+checkpoint and predicts what the fixed model predicted at its last step, and its next step (its
+optimizer's slots converted too) predicts what the fixed model's next step does. Modulo buckets
+and vocabularies give each id its row; bad input is one line, nothing written.
+"""
+
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from benchmarks import ctr_model
+from ps_toolkit import dynamic_embedding as de
+from ps_toolkit.base.errors import ConfigError
+from ps_toolkit.dynamic_embedding import conversion, id_mappings, row_rules
+from ps_toolkit.dynamic_embedding.fixed_tables import OPTIMIZER_SLOTS
+from ps_toolkit.task import checkpoints, table_checkpoints
+from ps_toolkit.training.model_calls import MODEL_SCOPE
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+FIELDS, VOCAB, DIM, BATCH = 3, 20, 4, 16
+PARAMS = {"vocab": VOCAB, "dim": DIM, "num_shards": 2}
+OPTIMIZERS = {
+    "adagrad": lambda: tf.compat.v1.train.AdagradOptimizer(0.1),
+    "adam": lambda: tf.compat.v1.train.AdamOptimizer(0.01),
+    "ftrl": lambda: tf.compat.v1.train.FtrlOptimizer(0.1),
+    "rmsprop": lambda: tf.compat.v1.train.RMSPropOptimizer(0.01),
+    "momentum": lambda: tf.compat.v1.train.MomentumOptimizer(0.05, momentum=0.9),
+}
+
+
+def batch(seed):
+    rng = np.random.default_rng(seed)
+    features = {
+        "ids": rng.integers(0, VOCAB, size=(BATCH, FIELDS), dtype=np.int64),
+        "dense": rng.normal(size=(BATCH, 13)).astype(np.float32),
+    }
+    return features, rng.integers(0, 2, size=BATCH, dtype=np.int64)
+
+
+class CtrGraph:
+    """benchmarks/ctr_model's model_fn under the toolkit's model scope, fed by placeholders, with a training op."""
+
+    def __init__(self, optimizer, dynamic):
+        self.graph = tf.Graph()
+        with self.graph.as_default():
+            self.ids = tf.compat.v1.placeholder(tf.int64, [None, FIELDS])
+            self.dense = tf.compat.v1.placeholder(tf.float32, [None, 13])
+            self.labels = tf.compat.v1.placeholder(tf.int64, [None])
+            features = {"ids": self.ids, "dense": self.dense}
+            with tf.compat.v1.variable_scope(MODEL_SCOPE), de.batched_lookups():
+                spec = ctr_model.model_fn(features, self.labels, "train", {**PARAMS, "dynamic": dynamic})
+            with tf.compat.v1.variable_scope(MODEL_SCOPE, reuse=True), de.batched_lookups():
+                predicted = ctr_model.model_fn(features, None, "infer", {**PARAMS, "dynamic": dynamic})
+            self.probability = predicted.predictions["probability"]
+            step = tf.compat.v1.train.get_or_create_global_step()
+            wrapped = OPTIMIZERS[optimizer]()
+            self.train_op = (de.TableOptimizer(wrapped) if dynamic else wrapped).minimize(spec.loss, step)
+            self.saver = tf.compat.v1.train.Saver()
+            self.init = tf.compat.v1.global_variables_initializer()
+        self.session = tf.compat.v1.Session(graph=self.graph)
+
+    def feed(self, seed):
+        features, labels = batch(seed)
+        return {self.ids: features["ids"], self.dense: features["dense"], self.labels: labels}
+
+    def predict(self, seed=99):
+        return self.session.run(self.probability, self.feed(seed))
+
+    def save(self, prefix, step):
+        with self.graph.as_default():
+            return self.saver.save(self.session, prefix, global_step=step)
+
+    def restore(self, prefix):
+        with self.graph.as_default():
+            self.saver.restore(self.session, prefix)
+
+
+def train_fixed(tmp_path, optimizer, steps=6):
+    """A fixed-table ctr model trained ``steps`` steps and saved: (its graph, its checkpoint folder)."""
+    fixed = CtrGraph(optimizer, dynamic=False)
+    fixed.session.run(fixed.init)
+    for step in range(steps):
+        fixed.session.run(fixed.train_op, fixed.feed(step))
+    folder = str(tmp_path / "fixed")
+    fixed.save(os.path.join(folder, "model.ckpt"), steps)
+    return fixed, folder
+
+
+@pytest.fixture(scope="module")
+def adagrad_run(tmp_path_factory):
+    fixed, folder = train_fixed(tmp_path_factory.mktemp("adagrad"), "adagrad")
+    yield fixed, folder
+    fixed.session.close()
+
+
+def convert_ctr(folder, output, optimizer="auto"):
+    table = conversion.TableConversion("model/embeddings_*", id_mappings.identity(), dim=DIM, key_dtype="int64")
+    return conversion.convert(folder, output, [table], optimizer=optimizer)
+
+
+def test_the_fixed_model_is_saved_in_partitions_the_converter_reads():
+    # The fixture's premise: the fixed tables are partitioned (2 shards) and hold Adagrad slots.
+    graph = CtrGraph("adagrad", dynamic=False)
+    with graph.graph.as_default():
+        names = {v.op.name for v in tf.compat.v1.global_variables()}
+    graph.session.close()
+    assert {"model/embeddings_0/part_0", "model/embeddings_0/part_1", "model/embeddings_0/part_0/Adagrad"} <= names
+
+
+@pytest.mark.parametrize("optimizer", sorted(OPTIMIZERS))
+def test_converted_ctr_model_predicts_as_the_fixed_one_at_its_last_step_and_steps_alike(tmp_path, optimizer):
+    fixed, folder = train_fixed(tmp_path, optimizer)
+    report = convert_ctr(folder, str(tmp_path / "dynamic"))
+    assert report.optimizer == optimizer
+    assert [t.dynamic for t in report.tables] == [f"model/embeddings_{f}" for f in range(FIELDS)]
+    assert all(len(t.placement.ids) == VOCAB for t in report.tables)
+    dynamic = CtrGraph(optimizer, dynamic=True)
+    dynamic.restore(report.prefix)
+    # The first step of the dynamic model sees the trained rows: the same predictions.
+    np.testing.assert_allclose(dynamic.predict(), fixed.predict(), rtol=1e-6, atol=1e-7)
+    assert dynamic.session.run(tf.compat.v1.train.get_global_step(dynamic.graph)) == 6
+    # Its next step starts from the converted slots: both models step alike. Compared on the step's own batch:
+    # the tables' updates are lazy, TF1 Adam's dense update also moves the rows a step did not touch.
+    for graph in (fixed, dynamic):
+        graph.session.run(graph.train_op, graph.feed(7))
+    np.testing.assert_allclose(dynamic.predict(7), fixed.predict(7), rtol=1e-5, atol=1e-6)
+    fixed.session.close()
+    dynamic.session.close()
+
+
+def test_the_toolkit_accepts_the_converted_checkpoint_for_the_dynamic_model(tmp_path, adagrad_run):
+    _, folder = adagrad_run
+    output = str(tmp_path / "dynamic")
+    convert_ctr(folder, output)
+    dynamic = CtrGraph("adagrad", dynamic=True)
+    with dynamic.graph.as_default():
+        step = checkpoints.check_model_matches_checkpoint(
+            output,
+            tf.compat.v1.global_variables(),
+            de.tables_of_graph(),
+            table_checkpoints.table_specs(),
+        )
+    dynamic.session.close()
+    assert step == 6
+
+
+def test_converted_rows_restore_onto_three_shards(tmp_path, adagrad_run):
+    fixed, folder = adagrad_run
+    report = convert_ctr(folder, str(tmp_path / "dynamic"))
+    with tf.Graph().as_default(), tf.compat.v1.Session() as session:
+        with de.shard_devices(["/cpu:0"] * 3), tf.compat.v1.variable_scope(MODEL_SCOPE):
+            table = de.get_table("embeddings_1", dim=DIM)
+        rows = de.lookup(table, tf.range(VOCAB, dtype=tf.int64))
+        tf.compat.v1.train.Saver().restore(session, report.prefix)
+        restored = session.run(rows)
+    with fixed.graph.as_default():
+        (trained,) = [v for v in tf.compat.v1.global_variables() if v.op.name == "model/embeddings_1/part_0"]
+        first = fixed.session.run(trained)
+    np.testing.assert_array_equal(restored[: len(first)], first)
+
+
+def one_table_checkpoint(folder, values, name="emb", slot=None):
+    """A checkpoint of one variable ``name`` (and its Adagrad slot ``slot``) and a global step."""
+    with tf.Graph().as_default(), tf.compat.v1.Session() as session:
+        variable = tf.compat.v1.get_variable(name, initializer=tf.constant(values))
+        made = [variable]
+        if slot is not None:
+            made.append(tf.compat.v1.get_variable(f"{name}/Adagrad", initializer=tf.constant(slot)))
+        step = tf.compat.v1.train.get_or_create_global_step()
+        session.run(tf.compat.v1.global_variables_initializer())
+        session.run(step.assign(3))
+        return tf.compat.v1.train.Saver().save(session, os.path.join(folder, "model.ckpt"), global_step=3)
+
+
+def restored_rows(prefix, name, ids, key_dtype=tf.int64):
+    with tf.Graph().as_default(), tf.compat.v1.Session() as session:
+        table = de.get_table(name, dim=2, key_dtype=key_dtype)
+        rows = de.lookup(table, tf.constant(ids, key_dtype))
+        tf.compat.v1.train.get_or_create_global_step()
+        tf.compat.v1.train.Saver().restore(session, prefix)
+        return session.run(rows)
+
+
+def test_modulo_buckets_give_each_id_its_buckets_row_and_say_how_many_shared(tmp_path):
+    values = np.arange(20, dtype=np.float32).reshape(10, 2)
+    one_table_checkpoint(str(tmp_path), values)
+    mapping = id_mappings.modulo(np.concatenate([np.arange(-5, 25), [3, 3]]), "a test list")
+    report = conversion.convert(str(tmp_path), str(tmp_path / "out"), [conversion.TableConversion("emb", mapping)])
+    (table,) = report.tables
+    # 30 distinct ids in 10 buckets: 3 ids per bucket (the two repeats of 3 written once).
+    assert (table.placement.shared_ids, table.placement.shared_rows, table.placement.most_per_row) == (30, 10, 3)
+    assert "30 ids shared a row with another id (10 rows shared, at most 3 ids in one row)" in table.line()
+    assert "2 ids given more than once" in table.line()
+    ids = [-5, -1, 0, 9, 13, 24]
+    np.testing.assert_array_equal(restored_rows(report.prefix, "emb", ids), values[np.mod(ids, 10)])
+
+
+def test_a_vocabulary_gives_each_token_its_line_and_the_table_string_keys(tmp_path):
+    values = np.arange(8, dtype=np.float32).reshape(4, 2)
+    one_table_checkpoint(str(tmp_path), values)
+    vocab = tmp_path / "words.txt"
+    vocab.write_bytes(b"apple\r\nbanana\ncherry\n")
+    mapping = id_mappings.vocabulary(str(vocab), num_oov_buckets=1)
+    spec = conversion.TableConversion("emb", mapping, dynamic="words", key_dtype="string")
+    report = conversion.convert(str(tmp_path), str(tmp_path / "out"), [spec])
+    assert "1 out-of-vocabulary rows not written" in report.tables[0].line()
+    found = restored_rows(report.prefix, "words", [b"cherry", b"apple", b"banana"], tf.string)
+    np.testing.assert_array_equal(found, values[[2, 0, 1]])
+
+
+def test_renamed_dense_variables_and_the_global_step_come_across(tmp_path):
+    with tf.Graph().as_default(), tf.compat.v1.Session() as session:
+        tf.compat.v1.get_variable("old/emb", initializer=tf.ones([3, 2]))
+        tf.compat.v1.get_variable("old/dense/kernel", initializer=tf.fill([2, 1], 7.0))
+        tf.compat.v1.train.get_or_create_global_step()
+        session.run(tf.compat.v1.global_variables_initializer())
+        prefix = tf.compat.v1.train.Saver().save(session, str(tmp_path / "model.ckpt"))
+    report = conversion.convert(
+        prefix,
+        str(tmp_path / "out"),
+        [conversion.TableConversion("old/emb", id_mappings.identity(), dynamic="new/emb")],
+        rename=[("old", "new")],
+    )
+    assert dict(report.copied) == {"global_step": "global_step", "old/dense/kernel": "new/dense/kernel"}
+    reader = tf.compat.v1.train.NewCheckpointReader(report.prefix)
+    np.testing.assert_array_equal(reader.get_tensor("new/dense/kernel"), np.full([2, 1], 7.0))
+    assert reader.has_tensor("new/emb/meta/bucket_00/keys")
+
+
+def test_the_slot_table_matches_tensorflow_and_the_row_rules():
+    train = tf.compat.v1.train
+    makers = {
+        "sgd": lambda: train.GradientDescentOptimizer(0.1),
+        "proximal_sgd": lambda: train.ProximalGradientDescentOptimizer(0.1),
+        "momentum": lambda: train.MomentumOptimizer(0.1, 0.9),
+        "adagrad": lambda: train.AdagradOptimizer(0.1),
+        "proximal_adagrad": lambda: train.ProximalAdagradOptimizer(0.1),
+        "adam": lambda: train.AdamOptimizer(0.1),
+        "ftrl": lambda: train.FtrlOptimizer(0.1),
+        "rmsprop": lambda: train.RMSPropOptimizer(0.1),
+        "rmsprop_centered": lambda: train.RMSPropOptimizer(0.1, centered=True),
+        "adadelta": lambda: train.AdadeltaOptimizer(0.1),
+        "adagrad_da": lambda: train.AdagradDAOptimizer(0.1, train.get_or_create_global_step()),
+    }
+    assert set(makers) == set(OPTIMIZER_SLOTS)
+    # TF1 calls Ftrl's accumulator "accum"; the row rules call it "accumulator". Every other slot keeps its name.
+    renamed = {("ftrl", "accum"): "accumulator"}
+    for name, make in makers.items():
+        with tf.Graph().as_default():
+            variable = tf.compat.v1.get_variable("t", [3, 2])
+            optimizer = make()
+            optimizer.minimize(tf.reduce_sum(tf.gather(variable, [0])))
+            tf_slots = {
+                optimizer.get_slot(variable, slot).op.name[len("t/") :]: renamed.get((name, slot), slot)
+                for slot in optimizer.get_slot_names()
+            }
+            assert tf_slots == dict(OPTIMIZER_SLOTS[name]), name
+            assert set(row_rules.rule_for(optimizer).slots) == set(tf_slots.values()), name
+
+
+# --- bad input: one ConfigError line naming the value, nothing written ------------------------------------------
+
+
+def refused(tmp_path, specs, match, **kwargs):
+    output = tmp_path / "out"
+    with pytest.raises(ConfigError, match=match) as raised:
+        conversion.convert(str(tmp_path), str(output), specs, **kwargs)
+    assert "\n" not in str(raised.value)
+    assert not output.exists()
+
+
+def test_a_checkpoint_without_the_table_is_refused(tmp_path):
+    one_table_checkpoint(str(tmp_path), np.ones([4, 2], np.float32))
+    spec = conversion.TableConversion("model/embeddings_*", id_mappings.identity())
+    refused(tmp_path, [spec], r"holds no embedding variable model/embeddings_\* .*its 2-d variables: emb$")
+
+
+def test_a_table_of_another_dim_is_refused(tmp_path):
+    one_table_checkpoint(str(tmp_path), np.ones([4, 2], np.float32))
+    spec = conversion.TableConversion("emb", id_mappings.identity(), dim=8)
+    refused(tmp_path, [spec], "emb has rows of dim 2; the dynamic table emb has dim 8")
+
+
+def test_another_key_dtype_is_refused(tmp_path):
+    one_table_checkpoint(str(tmp_path), np.ones([4, 2], np.float32))
+    spec = conversion.TableConversion("emb", id_mappings.identity(), key_dtype="string")
+    refused(tmp_path, [spec], "dynamic table emb has string keys, but the identity mapping of emb gives int64 ids")
+
+
+@pytest.mark.parametrize("lines", [3, 5])
+def test_a_vocabulary_of_more_or_fewer_lines_than_rows_is_refused(tmp_path, lines):
+    one_table_checkpoint(str(tmp_path), np.ones([4, 2], np.float32))
+    vocab = tmp_path / "vocab.txt"
+    vocab.write_text("".join(f"w{i}\n" for i in range(lines)))
+    spec = conversion.TableConversion("emb", id_mappings.vocabulary(str(vocab)))
+    refused(tmp_path, [spec], f"vocabulary file .*vocab.txt has {lines} lines, but table emb has 4 rows")
+
+
+def test_slots_of_another_optimizer_are_refused(tmp_path):
+    one_table_checkpoint(str(tmp_path), np.ones([4, 2], np.float32), slot=np.ones([4, 2], np.float32))
+    spec = conversion.TableConversion("emb", id_mappings.identity())
+    refused(tmp_path, [spec], "holds emb/Adagrad beside table emb, which is no slot of sgd", optimizer="sgd")
+    refused(tmp_path, [spec], "holds no emb/Adam: table emb was not trained by adam", optimizer="adam")
+
+
+def run_tool(*args):
+    return subprocess.run(
+        [sys.executable, "-m", "ps_toolkit.tools.convert_embeddings", *args],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=REPO,
+        env={**os.environ, "PYTHONPATH": REPO, "TF_CPP_MIN_LOG_LEVEL": "3"},
+    )
+
+
+@pytest.mark.slow  # two runs of the tool, each a fresh TensorFlow process
+def test_the_tool_converts_and_reports_and_refuses_in_one_line(tmp_path):
+    one_table_checkpoint(str(tmp_path), np.arange(8, dtype=np.float32).reshape(4, 2))
+    output = tmp_path / "out"
+    base = [f"--checkpoint={tmp_path}", f"--output_dir={output}", "--table=emb"]
+    bad = run_tool(*base, "--mapping=modulo", "--ids=0:12", "--dim=3")
+    assert bad.returncode == 2, bad.stderr
+    assert bad.stderr.strip().splitlines()[-1].endswith("emb has rows of dim 2; the dynamic table emb has dim 3")
+    assert "Traceback" not in bad.stderr and not output.exists()
+    good = run_tool(*base, "--mapping=modulo", "--ids=0:12")
+    assert good.returncode == 0, good.stderr
+    assert "emb -> emb: 12 int64 ids written from 4 rows x 2 (modulo from --ids=0:12); 12 ids shared" in good.stdout
+    assert f"wrote {output}/model.ckpt-3 (global step 3)" in good.stdout
+
+
+def test_an_output_dir_holding_a_checkpoint_is_refused(tmp_path):
+    one_table_checkpoint(str(tmp_path), np.ones([4, 2], np.float32))
+    spec = conversion.TableConversion("emb", id_mappings.identity())
+    with pytest.raises(ConfigError, match=f"output dir {tmp_path} already holds a checkpoint"):
+        conversion.convert(str(tmp_path), str(tmp_path), [spec])
