@@ -234,6 +234,53 @@ def test_renamed_dense_variables_and_the_global_step_come_across(tmp_path):
     assert reader.has_tensor("new/emb/meta/bucket_00/keys")
 
 
+def mod_partitioned_checkpoint(folder, saved):
+    """A table of 10 rows in 3 parts, read by tf.compat.v1.nn.embedding_lookup (the mod strategy), one Adagrad
+    step trained, saved ``whole`` (TF1's Saver) or as ``parts``: (prefix, its rows of ids 0..9, their slots)."""
+    with tf.Graph().as_default(), tf.compat.v1.Session() as session:
+        table = tf.compat.v1.get_variable("emb", [10, 2], partitioner=tf.compat.v1.fixed_size_partitioner(3))
+        looked_up = tf.compat.v1.nn.embedding_lookup(table, tf.range(10, dtype=tf.int64))
+        optimizer = tf.compat.v1.train.AdagradOptimizer(0.1)
+        step = tf.compat.v1.train.get_or_create_global_step()
+        train = optimizer.minimize(tf.reduce_sum(looked_up * tf.reshape(tf.range(20.0), [10, 2]) ** 2), step)
+        session.run(tf.compat.v1.global_variables_initializer())
+        session.run(train)
+        slots = [optimizer.get_slot(part, "accumulator") for part in table]
+        slot_rows = tf.compat.v1.nn.embedding_lookup(slots, tf.range(10, dtype=tf.int64))
+        rows, slot_values = session.run([looked_up, slot_rows])
+        var_list = None
+        if saved == "parts":
+            var_list = {v.op.name: v for v in [*table, *slots, step]}
+        prefix = tf.compat.v1.train.Saver(var_list).save(session, os.path.join(folder, "model.ckpt"), global_step=1)
+    return prefix, rows, slot_values
+
+
+@pytest.mark.parametrize("saved", ["whole", "parts"])
+def test_mod_partitioned_tables_give_each_id_the_row_its_lookup_read(tmp_path, saved):
+    prefix, rows, slot_values = mod_partitioned_checkpoint(str(tmp_path), saved)
+    partitions = 3 if saved == "whole" else None
+    spec = conversion.TableConversion(
+        "emb", id_mappings.identity(), partition_strategy="mod", num_partitions=partitions
+    )
+    report = conversion.convert(prefix, str(tmp_path / "out"), [spec])
+    assert report.optimizer == "adagrad" and report.tables[0].slots == ("accumulator",)
+    ids = list(range(10))
+    np.testing.assert_array_equal(restored_rows(report.prefix, "emb", ids), rows)
+    reader = tf.compat.v1.train.NewCheckpointReader(report.prefix)
+    found = {}
+    for bucket in range(de.NUM_SAVE_BUCKETS):
+        keys = reader.get_tensor(f"emb/slot_accumulator/bucket_{bucket:02d}/keys")
+        values = reader.get_tensor(f"emb/slot_accumulator/bucket_{bucket:02d}/values")
+        found.update(zip(keys.tolist(), values.tolist(), strict=True))
+    np.testing.assert_array_equal([found[i] for i in ids], slot_values)
+
+
+def test_a_whole_saved_table_read_by_mod_needs_its_number_of_parts(tmp_path):
+    prefix, _, _ = mod_partitioned_checkpoint(str(tmp_path), "whole")
+    spec = conversion.TableConversion("emb", id_mappings.identity(), partition_strategy="mod")
+    refused(tmp_path, [spec], "holds emb whole: the mod partition strategy needs its number of parts")
+
+
 def test_the_slot_table_matches_tensorflow_and_the_row_rules():
     train = tf.compat.v1.train
     makers = {

@@ -40,6 +40,11 @@ class TableConversion:
         dynamic: The dynamic table's name (default: the fixed name; only for one table).
         dim: The dynamic table's dim, checked against the checkpoint's (None: not checked).
         key_dtype: The dynamic table's key dtype, "int64" or "string", checked against the mapping's.
+        partition_strategy: How the fixed model's lookup split a partitioned table's rows: "div" (the
+            toolkit's ``embedding_lookups``, feature columns) or "mod" (``tf.compat.v1.nn.embedding_lookup``'s
+            default).
+        num_partitions: With "mod", the table's number of parts when the checkpoint holds it whole
+            (TF1's Saver writes a partitioned variable as one key); parts saved as ``part_N`` say it themselves.
     """
 
     fixed: str
@@ -47,6 +52,8 @@ class TableConversion:
     dynamic: str | None = None
     dim: int | None = None
     key_dtype: str | None = None
+    partition_strategy: str = "div"
+    num_partitions: int | None = None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -143,7 +150,8 @@ def convert(
     for name, dynamic, spec in named:
         values, read_keys = source.read(name)
         consumed.update(read_keys)
-        report, slots = _table_report(source, name, dynamic, spec, values, optimizer, consumed)
+        parts = [source.shapes[key][0] for key in read_keys]
+        report, slots = _table_report(source, name, dynamic, spec, (values, parts), optimizer, consumed)
         reports.append(report)
         written.update(_bucket_tensors(report, values, slots, admit_after, step))
     _refuse_leftovers(source, [name for name, _, _ in named], consumed, optimizer)
@@ -195,14 +203,19 @@ def _optimizer_of(source: Checkpoint, names: list[str], optimizer: str) -> str:
     return optimizer
 
 
-def _table_report(source, name, dynamic, spec, values, optimizer, consumed) -> tuple[TableReport, dict]:
-    """(the table's TableReport, its dynamic slot name -> values) once its dim, ids and slots are checked."""
+def _table_report(source, name, dynamic, spec, values_and_parts, optimizer, consumed) -> tuple[TableReport, dict]:
+    """(the table's TableReport, its dynamic slot name -> values) once its dim, ids and slots are checked.
+
+    The report's placement holds each id's row in the saved table (``id_mappings.stored_rows``).
+    """
+    values, parts = values_and_parts
     rows, dim = values.shape
     if spec.dim is not None and spec.dim != dim:
         raise ConfigError(
             f"checkpoint {source.prefix}: {name} has rows of dim {dim}; the dynamic table {dynamic} has dim {spec.dim}"
         )
     placement = id_mappings.place(spec.mapping, rows, name)
+    placement = dataclasses.replace(placement, rows=_stored_rows(source, name, spec, placement.rows, parts, rows))
     if spec.key_dtype is not None:
         if spec.key_dtype not in KEY_DTYPE_NAMES:
             raise ConfigError(f"key dtype {spec.key_dtype!r} of {dynamic} is not one of {', '.join(KEY_DTYPE_NAMES)}")
@@ -223,6 +236,25 @@ def _table_report(source, name, dynamic, spec, values, optimizer, consumed) -> t
         slots[slot] = slot_values
     report = TableReport(name, dynamic, rows, dim, spec.mapping, placement, tuple(slots))
     return report, slots
+
+
+def _stored_rows(source, name, spec, rows, parts, num_rows):
+    """The saved rows the lookup's ``rows`` are, under the table's partition strategy."""
+    if len(parts) == 1 and spec.num_partitions is not None:
+        count = spec.num_partitions
+        if isinstance(count, bool) or not isinstance(count, int) or count < 1:
+            raise ConfigError(f"table {name}: num_partitions={count!r} must be an integer >= 1")
+        parts = [num_rows // count + (1 if p < num_rows % count else 0) for p in range(count)]
+    elif spec.num_partitions is not None and spec.num_partitions != len(parts):
+        raise ConfigError(
+            f"checkpoint {source.prefix} holds {name} in {len(parts)} parts, not num_partitions={spec.num_partitions}"
+        )
+    elif len(parts) == 1 and spec.partition_strategy == "mod":
+        raise ConfigError(
+            f"checkpoint {source.prefix} holds {name} whole: the mod partition strategy needs its number of "
+            "parts (num_partitions, --num_partitions)"
+        )
+    return id_mappings.stored_rows(rows, num_rows, spec.partition_strategy, parts, name)
 
 
 def _refuse_leftovers(source: Checkpoint, names: list[str], consumed: set, optimizer: str) -> None:

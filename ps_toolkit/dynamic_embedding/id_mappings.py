@@ -11,6 +11,12 @@ the model turned each id into a row one of three ways:
   ids), as ``tf.lookup.index_table_from_file`` reads it (a trailing ``\\r`` is
   no part of the token); rows past the last line are out-of-vocabulary
   buckets, whose ids are unknown and which are not written.
+
+A partitioned table's row numbers are the lookup's: ``div`` (contiguous rows
+per part, the toolkit's ``embedding_lookups`` and the feature columns') is the
+saved table's own order; ``mod`` (``tf.compat.v1.nn.embedding_lookup``'s
+default) keeps row r in part ``r % parts`` at ``r // parts``, so the saved
+table's order is another (``stored_rows``).
 """
 
 from __future__ import annotations
@@ -24,6 +30,7 @@ import numpy as np
 from ps_toolkit.base.errors import ConfigError
 
 KINDS = ("identity", "modulo", "vocabulary")
+PARTITION_STRATEGIES = ("div", "mod")
 _RANGE = re.compile(r"^(-?\d+):(-?\d+)$")
 
 
@@ -138,6 +145,32 @@ def place(mapping: IdMapping, num_rows: int, table: str) -> Placement:
         most_per_row=int(per_row.max()),
         repeated=repeated,
     )
+
+
+def stored_rows(rows: np.ndarray, num_rows: int, strategy: str, part_sizes: list[int], table: str) -> np.ndarray:
+    """Where the saved table (its parts one after the other) holds the lookup's ``rows`` under ``strategy``.
+
+    Args:
+        rows: Row numbers as the lookup saw them.
+        num_rows: The table's rows.
+        strategy: "div" or "mod" (the lookup's ``partition_strategy``).
+        part_sizes: The rows of each part, in order (one part: ``[num_rows]``).
+        table: The table's name, for messages.
+    """
+    if strategy not in PARTITION_STRATEGIES:
+        raise ConfigError(f"table {table}: partition strategy {strategy!r} is not one of div, mod")
+    parts = len(part_sizes)
+    if strategy == "div" or parts == 1:
+        return rows
+    # TensorFlow splits num_rows rows into parts, the first num_rows % parts of them one row longer.
+    expected = [num_rows // parts + (1 if p < num_rows % parts else 0) for p in range(parts)]
+    if list(part_sizes) != expected:
+        raise ConfigError(
+            f"table {table}: parts of {list(part_sizes)} rows are not how TensorFlow splits {num_rows} rows "
+            f"into {parts} ({expected}); the mod strategy cannot have read them"
+        )
+    starts = np.concatenate([[0], np.cumsum(expected)[:-1]]).astype(np.int64)
+    return starts[rows % parts] + rows // parts
 
 
 def _vocabulary_placement(mapping: IdMapping, num_rows: int, table: str) -> Placement:

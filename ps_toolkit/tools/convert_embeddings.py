@@ -37,6 +37,16 @@ _IDS = flags.DEFINE_string(
 )
 _VOCABULARY = flags.DEFINE_string("vocabulary", None, "--mapping=vocabulary: the file, one token per row.")
 _OOV = flags.DEFINE_integer("num_oov_buckets", 0, "--mapping=vocabulary: rows after the last line (not written).")
+_STRATEGY = flags.DEFINE_enum(
+    "partition_strategy",
+    "div",
+    list(id_mappings.PARTITION_STRATEGIES),
+    "How the fixed model's lookup split a partitioned table: div (ps_toolkit, feature columns) or mod "
+    "(tf.compat.v1.nn.embedding_lookup's default).",
+)
+_PARTITIONS = flags.DEFINE_integer(
+    "num_partitions", None, "--partition_strategy=mod: the tables' number of parts (when saved whole)."
+)
 _DIM = flags.DEFINE_integer("dim", None, "The dynamic tables' dim, checked against the checkpoint's.")
 _KEY_DTYPE = flags.DEFINE_enum("key_dtype", None, list(conversion.KEY_DTYPE_NAMES), "The dynamic tables' key dtype.")
 _OPTIMIZER = flags.DEFINE_enum(
@@ -81,7 +91,9 @@ def _main(argv):
     with cli.user_errors():
         mapping = mapping_of_flags()
         tables = [
-            conversion.TableConversion(fixed, mapping, dynamic or None, _DIM.value, _KEY_DTYPE.value)
+            conversion.TableConversion(
+                fixed, mapping, dynamic or None, _DIM.value, _KEY_DTYPE.value, _STRATEGY.value, _PARTITIONS.value
+            )
             for fixed, dynamic in (_pair(text, "--table") for text in _TABLES.value)
         ]
         report = conversion.convert(
