@@ -22,10 +22,9 @@ import numpy as np
 import tensorflow as tf
 
 from ps_toolkit.base.errors import ConfigError
-from ps_toolkit.dynamic_embedding import id_mappings, keys
+from ps_toolkit.dynamic_embedding import id_mappings, table_writer
 from ps_toolkit.dynamic_embedding.fixed_tables import OPTIMIZER_SLOTS, Checkpoint
 from ps_toolkit.dynamic_embedding.id_mappings import IdMapping, Placement
-from ps_toolkit.dynamic_embedding.saving import checkpoint_name
 
 KEY_DTYPE_NAMES = ("int64", "string")
 
@@ -146,22 +145,21 @@ def convert(
     named = _named_tables(source, tables)
     optimizer = _optimizer_of(source, [name for name, _, _ in named], optimizer)
     step = source.global_step()
-    reports, consumed, written = [], set(), {}
+    reports, consumed, written = [], set(), []
     for name, dynamic, spec in named:
         values, read_keys = source.read(name)
         consumed.update(read_keys)
         parts = [source.shapes[key][0] for key in read_keys]
         report, slots = _table_report(source, name, dynamic, spec, (values, parts), optimizer, consumed)
         reports.append(report)
-        written.update(_bucket_tensors(report, values, slots, admit_after, step))
+        written.append(_table_rows(report, values, slots, admit_after, step))
     _refuse_leftovers(source, [name for name, _, _ in named], consumed, optimizer)
-    copied = _renamed([key for key in sorted(source.shapes) if key not in consumed], rename, set(written))
+    taken = {key for table in written for key in table.checkpoint_names()}
+    copied = _renamed([key for key in sorted(source.shapes) if key not in consumed], rename, taken)
     _check_output_dir(output_dir)
     os.makedirs(output_dir, exist_ok=True)
     prefix = os.path.join(output_dir, f"model.ckpt-{step}")
-    for old, new in copied:
-        written[new] = source.reader.get_tensor(old)
-    _save(prefix, written)
+    table_writer.write(prefix, written, {new: source.reader.get_tensor(old) for old, new in copied})
     tf.compat.v1.train.update_checkpoint_state(output_dir, os.path.basename(prefix))
     return Report(prefix, step, optimizer, tuple(reports), tuple(copied))
 
@@ -295,45 +293,11 @@ def _check_output_dir(output_dir: str) -> None:
         raise ConfigError(f"output dir {output_dir} already holds a checkpoint; give a new or empty folder")
 
 
-def _bucket_tensors(report: TableReport, values, slots: dict, admit_after: int, step: int) -> dict:
-    """{checkpoint name: array} of one dynamic table: rows, meta and slots, bucket by bucket."""
+def _table_rows(report: TableReport, values, slots: dict, admit_after: int, step: int) -> table_writer.TableRows:
+    """What ``table_writer`` writes of one table: each id's fixed row, its meta and its slots."""
     placed = report.placement
-    buckets = _save_buckets(placed.ids, placed.key_dtype)
     meta = np.tile(np.array([[admit_after, step]], dtype=np.int64), (len(placed.ids), 1))
-    components = {"rows": values, **{f"slot_{name}": slot for name, slot in slots.items()}}
-    tensors = {}
-    for bucket in range(keys.NUM_SAVE_BUCKETS):
-        mine = np.flatnonzero(buckets == bucket)
-        bucket_ids = placed.ids[mine]
-        bucket_rows = placed.rows[mine]
-        for component, table_values in components.items():
-            tensors[checkpoint_name(report.dynamic, component, bucket, "keys")] = bucket_ids
-            tensors[checkpoint_name(report.dynamic, component, bucket, "values")] = table_values[bucket_rows]
-        tensors[checkpoint_name(report.dynamic, "meta", bucket, "keys")] = bucket_ids
-        tensors[checkpoint_name(report.dynamic, "meta", bucket, "values")] = meta[mine]
-    return tensors
-
-
-def _save_buckets(ids: np.ndarray, key_dtype: str) -> np.ndarray:
-    """The save bucket of each id, as the tables compute it (``keys.save_bucket(keys.hash64(ids))``)."""
-    dtype = tf.string if key_dtype == "string" else tf.int64
-    with tf.Graph().as_default() as graph:
-        fed = tf.compat.v1.placeholder(dtype, [None])
-        buckets = keys.save_bucket(keys.hash64(fed))
-        with tf.compat.v1.Session(graph=graph) as session:
-            return session.run(buckets, {fed: ids})
-
-
-def _save(prefix: str, tensors: dict) -> None:
-    """Writes ``tensors`` (name -> array) as a TF checkpoint at ``prefix`` (SaveV2, the Saver's own op)."""
-    names = sorted(tensors)
-    with tf.Graph().as_default() as graph:
-        fed = [tf.compat.v1.placeholder(_dtype_of(tensors[name])) for name in names]
-        save = tf.raw_ops.SaveV2(prefix=prefix, tensor_names=names, shape_and_slices=[""] * len(names), tensors=fed)
-        with tf.compat.v1.Session(graph=graph) as session:
-            session.run(save, dict(zip(fed, (tensors[name] for name in names), strict=True)))
-
-
-def _dtype_of(value) -> tf.DType:
-    value = np.asarray(value)
-    return tf.string if value.dtype.kind in "OSU" else tf.as_dtype(value.dtype)
+    components = {"rows": values[placed.rows], "meta": meta}
+    components.update({f"slot_{name}": slot[placed.rows] for name, slot in slots.items()})
+    key_dtype = tf.string if placed.key_dtype == "string" else tf.int64
+    return table_writer.TableRows(report.dynamic, placed.ids, key_dtype, components)
