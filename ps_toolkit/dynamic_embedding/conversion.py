@@ -100,10 +100,11 @@ class Report:
     def lines(self) -> list[str]:
         """The report, one line per table, then the variables copied and the checkpoint written."""
         renamed = sum(1 for old, new in self.copied if old != new)
+        slots = [slot for _, slot in OPTIMIZER_SLOTS[self.optimizer]]
+        converted = f"the tables' slots {', '.join(slots)} converted" if slots else "no slots"
         return [
             *(table.line() for table in self.tables),
-            f"optimizer {self.optimizer}: the tables' slots converted as listed; "
-            f"{len(self.copied)} other variables copied ({renamed} renamed)",
+            f"optimizer {self.optimizer}: {converted}; {len(self.copied)} other variables copied ({renamed} renamed)",
             f"wrote {self.prefix} (global step {self.global_step})",
         ]
 
