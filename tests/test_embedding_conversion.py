@@ -7,7 +7,9 @@ optimizer's slots converted too) predicts what the fixed model's next step does.
 and vocabularies give each id its row; bad input is one line, nothing written.
 """
 
+import json
 import os
+import shutil
 import subprocess
 import sys
 
@@ -388,3 +390,52 @@ def test_an_output_dir_holding_a_checkpoint_is_refused(tmp_path):
     spec = conversion.TableConversion("emb", id_mappings.identity())
     with pytest.raises(ConfigError, match=f"output dir {tmp_path} already holds a checkpoint"):
         conversion.convert(str(tmp_path), str(tmp_path), [spec])
+
+
+TRAIN = """
+import json, sys
+import ps_toolkit
+from benchmarks import ctr_model
+dynamic, checkpoint_dir, steps = sys.argv[1] == "dynamic", sys.argv[2], int(sys.argv[3])
+config = ps_toolkit.TrainConfig(
+    train_steps=steps, optimizer="adagrad", batch_size=32, checkpoint_dir=checkpoint_dir, save_checkpoint_steps=10
+)
+params = {"vocab": 20, "dim": 4, "num_shards": 2, "dynamic": dynamic}
+result = ps_toolkit.train(ctr_model.model_fn, ctr_model.input_fn, config=config, params=params)
+print("RESULT " + json.dumps(result))
+"""
+
+
+def toolkit_run(kind, checkpoint_dir, steps):
+    """The toolkit's training of the ctr benchmark model (26 fields), alone in a process: its result record."""
+    done = subprocess.run(
+        [sys.executable, "-c", TRAIN, kind, str(checkpoint_dir), str(steps)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=REPO,
+        env={**os.environ, "PYTHONPATH": REPO, "TF_CPP_MIN_LOG_LEVEL": "3"},
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    (line,) = [line for line in done.stdout.splitlines() if line.startswith("RESULT ")]
+    return json.loads(line[len("RESULT ") :])
+
+
+@pytest.mark.slow  # three trainings through ps_toolkit.train, each a fresh process
+def test_the_toolkit_continues_a_converted_ctr_model_as_it_continues_the_fixed_one(tmp_path):
+    fixed = tmp_path / "fixed"
+    assert toolkit_run("fixed", fixed, 20)["global_step"] == 20
+    shutil.copytree(fixed, tmp_path / "fixed_again")
+    conversion.convert(
+        str(fixed),
+        str(tmp_path / "dynamic"),
+        [conversion.TableConversion("model/embeddings_*", id_mappings.identity())],
+    )
+    # Both resume at step 20 and read the same batches (the input restarts): the same losses, step for step.
+    continued = toolkit_run("fixed", tmp_path / "fixed_again", 30)
+    converted = toolkit_run("dynamic", tmp_path / "dynamic", 30)
+    assert converted["global_step"] == continued["global_step"] == 30
+    assert converted["local_steps"] == 10
+    assert converted["first_loss"] == pytest.approx(continued["first_loss"], rel=1e-5)
+    assert converted["final_loss"] == pytest.approx(continued["final_loss"], rel=1e-4)
+    assert converted["tables"]["model/embeddings_0"]["rows"] == 20
