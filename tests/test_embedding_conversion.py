@@ -439,3 +439,11 @@ def test_the_toolkit_continues_a_converted_ctr_model_as_it_continues_the_fixed_o
     assert converted["first_loss"] == pytest.approx(continued["first_loss"], rel=1e-5)
     assert converted["final_loss"] == pytest.approx(continued["final_loss"], rel=1e-4)
     assert converted["tables"]["model/embeddings_0"]["rows"] == 20
+
+
+def test_an_unreadable_checkpoint_is_refused(tmp_path):
+    prefix = one_table_checkpoint(str(tmp_path), np.ones([400, 2], np.float32))
+    (data,) = [tmp_path / name for name in os.listdir(tmp_path) if ".data-" in name]
+    data.write_bytes(data.read_bytes()[:100])
+    spec = conversion.TableConversion("emb", id_mappings.identity())
+    refused(tmp_path, [spec], f"checkpoint {prefix} is unreadable: ")

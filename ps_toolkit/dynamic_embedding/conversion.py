@@ -21,6 +21,7 @@ import os
 import numpy as np
 import tensorflow as tf
 
+from ps_toolkit.base import environment_errors
 from ps_toolkit.base.errors import ConfigError
 from ps_toolkit.dynamic_embedding import id_mappings, table_writer
 from ps_toolkit.dynamic_embedding.fixed_tables import OPTIMIZER_SLOTS, Checkpoint
@@ -158,10 +159,12 @@ def convert(
     taken = {key for table in written for key in table.checkpoint_names()}
     copied = _renamed([key for key in sorted(source.shapes) if key not in consumed], rename, taken)
     _check_output_dir(output_dir)
-    os.makedirs(output_dir, exist_ok=True)
+    variables = {new: source.tensor(old) for old, new in copied}
     prefix = os.path.join(output_dir, f"model.ckpt-{step}")
-    table_writer.write(prefix, written, {new: source.reader.get_tensor(old) for old, new in copied})
-    tf.compat.v1.train.update_checkpoint_state(output_dir, os.path.basename(prefix))
+    with environment_errors.reported(f"writing the converted checkpoint {prefix}"):
+        os.makedirs(output_dir, exist_ok=True)
+        table_writer.write(prefix, written, variables)
+        tf.compat.v1.train.update_checkpoint_state(output_dir, os.path.basename(prefix))
     return Report(prefix, step, optimizer, tuple(reports), tuple(copied))
 
 

@@ -17,7 +17,7 @@ import re
 import numpy as np
 import tensorflow as tf
 
-from ps_toolkit.base.errors import ConfigError
+from ps_toolkit.base.errors import ConfigError, error_summary
 
 _PART = re.compile(r"^(?P<base>.+)/part_(?P<index>\d+)$")
 _PART_KEY = re.compile(r"/part_\d+(/|$)")
@@ -48,16 +48,31 @@ class Checkpoint:
             where = "a folder with no checkpoint state file" if os.path.isdir(path) else "no checkpoint"
             raise ConfigError(f"checkpoint {path}: {where} (give a checkpoint prefix, or the folder holding it)")
         self.prefix = prefix
-        self.reader = tf.compat.v1.train.NewCheckpointReader(prefix)
+        try:
+            self.reader = tf.compat.v1.train.NewCheckpointReader(prefix)
+        except (tf.errors.OpError, ValueError, RuntimeError) as err:
+            raise self.unreadable(err) from None
         # Keys starting with "_" are TensorFlow's bookkeeping (the object graph), not variables.
         self.shapes = {k: v for k, v in self.reader.get_variable_to_shape_map().items() if k[:1] != "_"}
         self.dtypes = {
             k: tf.as_dtype(v) for k, v in self.reader.get_variable_to_dtype_map().items() if k in self.shapes
         }
 
+    def unreadable(self, err: BaseException) -> ConfigError:
+        """The ConfigError of a checkpoint TensorFlow cannot read."""
+        text = getattr(err, "message", None) or str(err)
+        return ConfigError(f"checkpoint {self.prefix} is unreadable: {error_summary(text)[:200]}")
+
+    def tensor(self, key: str) -> np.ndarray:
+        """The value saved under ``key``; ConfigError if it does not read back."""
+        try:
+            return self.reader.get_tensor(key)
+        except (tf.errors.OpError, ValueError, RuntimeError, IndexError) as err:  # IndexError: truncated data
+            raise self.unreadable(err) from None
+
     def global_step(self) -> int:
         """The checkpoint's ``global_step`` (0 without one)."""
-        return int(self.reader.get_tensor("global_step")) if "global_step" in self.shapes else 0
+        return int(self.tensor("global_step")) if "global_step" in self.shapes else 0
 
     def table_names(self, pattern: str) -> list[str]:
         """The tables ``pattern`` (a name or an fnmatch pattern) names: 2-d variables, whole or in parts."""
@@ -104,7 +119,7 @@ class Checkpoint:
         dims = {self.shapes[key][1] for key in keys}
         if len(dims) != 1:
             raise ConfigError(f"checkpoint {self.prefix}: the partitions of {name} have dims {sorted(dims)}")
-        return np.concatenate([self.reader.get_tensor(key) for key in keys]), keys
+        return np.concatenate([self.tensor(key) for key in keys]), keys
 
     def slot_keys(self, name: str, suffix: str) -> str | None:
         """The name the checkpoint holds slot ``suffix`` of table ``name`` under (whole or in parts), or None."""
