@@ -447,3 +447,29 @@ def test_an_unreadable_checkpoint_is_refused(tmp_path):
     data.write_bytes(data.read_bytes()[:100])
     spec = conversion.TableConversion("emb", id_mappings.identity())
     refused(tmp_path, [spec], f"checkpoint {prefix} is unreadable: ")
+
+
+@pytest.mark.parametrize("key_dtype", [tf.int64, tf.string])
+def test_hash_bucket_feature_columns_give_each_id_the_row_the_column_read(tmp_path, key_dtype):
+    feature_column = tf.compat.v1.feature_column
+    if key_dtype == tf.int64:
+        ids = np.setdiff1d(np.arange(-20, 30, dtype=np.int64), [-1])  # a dense -1 is "no id" to a feature column
+    else:
+        ids = np.array([f"city {i}".encode() for i in range(50)], dtype=object)
+    with tf.Graph().as_default(), tf.compat.v1.Session() as session:
+        fed = tf.compat.v1.placeholder(key_dtype, [None, 1])
+        buckets = feature_column.categorical_column_with_hash_bucket("x", 7, dtype=key_dtype)
+        columns = [feature_column.embedding_column(buckets, 2)]
+        read = feature_column.input_layer({"x": fed}, columns)
+        tf.compat.v1.train.get_or_create_global_step()
+        session.run(tf.compat.v1.global_variables_initializer())
+        expected = session.run(read, {fed: ids[:, None]})
+        prefix = tf.compat.v1.train.Saver().save(session, str(tmp_path / "model.ckpt"))
+    spec = conversion.TableConversion(
+        "input_layer/x_embedding/embedding_weights", id_mappings.hash_buckets(ids, "the test's ids"), dynamic="x"
+    )
+    report = conversion.convert(prefix, str(tmp_path / "out"), [spec])
+    (table,) = report.tables
+    assert table.placement.key_dtype == key_dtype.name and table.placement.most_per_row > 1
+    assert f"{len(ids)} {key_dtype.name} ids written from 7 rows x 2 (hash from the test's ids)" in table.line()
+    np.testing.assert_array_equal(restored_rows(report.prefix, "x", ids, key_dtype), expected)

@@ -76,7 +76,7 @@ class TableReport:
             f"{self.fixed} -> {self.dynamic}: {len(placed.ids)} {placed.key_dtype} ids written from "
             f"{self.rows} rows x {self.dim} ({self.mapping.kind}{source})"
         )
-        if self.mapping.kind == "modulo":
+        if self.mapping.kind in id_mappings.BUCKETED:
             text += (
                 f"; {placed.shared_ids} ids shared a row with another id ({placed.shared_rows} rows shared, "
                 f"at most {placed.most_per_row} ids in one row)"

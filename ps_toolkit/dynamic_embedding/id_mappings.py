@@ -1,12 +1,16 @@
-"""How a fixed table's ids found their rows, and which ids a conversion writes: the identity, modulo, a vocabulary.
+"""How a fixed table's ids found their rows, and which ids a conversion writes: identity, modulo, hash, vocabulary.
 
 A fixed (TF1 ``get_variable``) embedding table is looked up by row number;
-the model turned each id into a row one of three ways:
+the model turned each id into a row one of four ways:
 
 - the identity: the id is the row (ids 0 .. rows - 1);
 - modulo buckets: row ``id % rows`` (TensorFlow's floormod, never negative).
   The table does not say which ids used a bucket, so the user names them (a
   file of ids or a range); every id of a bucket gets that bucket's row;
+- hash buckets: row ``tf.strings.to_hash_bucket_fast(id, rows)`` of a string
+  id, or of an integer id's decimal string, as
+  ``categorical_column_with_hash_bucket`` hashes them; the user names the
+  ids, as for modulo buckets;
 - a vocabulary file: one token per line, the row is the line number (string
   ids), as ``tf.lookup.index_table_from_file`` reads it (a trailing ``\\r`` is
   no part of the token); rows past the last line are out-of-vocabulary
@@ -26,10 +30,13 @@ import os
 import re
 
 import numpy as np
+import tensorflow as tf
 
 from ps_toolkit.base.errors import ConfigError
 
-KINDS = ("identity", "modulo", "vocabulary")
+KINDS = ("identity", "modulo", "hash", "vocabulary")
+# The mappings whose ids the user names: the table does not say which ids used a bucket.
+BUCKETED = ("modulo", "hash")
 PARTITION_STRATEGIES = ("div", "mod")
 _RANGE = re.compile(r"^(-?\d+):(-?\d+)$")
 
@@ -38,8 +45,9 @@ _RANGE = re.compile(r"^(-?\d+):(-?\d+)$")
 class IdMapping:
     """An id -> row mapping and the ids to write (see the module's docstring).
 
-    Made by ``identity``, ``modulo`` or ``vocabulary``. ``ids`` (int64) are the ids to
-    write (None: every row's, for the identity), ``source`` says where they came from.
+    Made by ``identity``, ``modulo``, ``hash_buckets`` or ``vocabulary``. ``ids`` (int64, or
+    bytes for hashed string ids) are the ids to write (None: every row's, for the identity),
+    ``source`` says where they came from.
     """
 
     kind: str
@@ -78,11 +86,25 @@ def modulo(ids: np.ndarray, source: str = "") -> IdMapping:
     return IdMapping("modulo", _int_ids(ids), source)
 
 
+def hash_buckets(ids, source: str = "") -> IdMapping:
+    """Row ``to_hash_bucket_fast(id, rows)``: ``ids`` are int64 (hashed as decimal strings) or strings."""
+    values = np.asarray(ids)
+    if values.dtype.kind in "OSU":
+        tokens = [value.encode("utf-8") if isinstance(value, str) else bytes(value) for value in values.tolist()]
+        return IdMapping("hash", np.array(tokens, dtype=object), source)
+    return IdMapping("hash", _int_ids(ids), source)
+
+
 def vocabulary(path: str, num_oov_buckets: int = 0) -> IdMapping:
     """Line n of the file at ``path`` is the token of row n; ``num_oov_buckets`` rows follow the last line."""
     if num_oov_buckets < 0:
         raise ConfigError(f"num_oov_buckets={num_oov_buckets} must not be negative")
     return IdMapping("vocabulary", vocabulary=path, num_oov_buckets=num_oov_buckets)
+
+
+def is_range(spec: str) -> bool:
+    """Whether ``spec`` is a range ``A:B`` of ids (else a file's path)."""
+    return bool(_RANGE.match(spec.strip()))
 
 
 def read_ids(spec: str, flag: str = "--ids") -> tuple[np.ndarray, str]:
@@ -120,8 +142,10 @@ def place(mapping: IdMapping, num_rows: int, table: str) -> Placement:
     if mapping.kind not in KINDS:
         raise ConfigError(f"table {table}: id mapping {mapping.kind!r} is not one of {', '.join(KINDS)}")
     if mapping.ids is None:
-        if mapping.kind == "modulo":
-            raise ConfigError(f"table {table}: modulo buckets need the ids to write (a file of ids or a range A:B)")
+        if mapping.kind in BUCKETED:
+            raise ConfigError(
+                f"table {table}: {mapping.kind} buckets need the ids to write (a file of ids or a range A:B)"
+            )
         rows = np.arange(num_rows, dtype=np.int64)
         return Placement(rows, rows, "int64")
     ids = np.unique(mapping.ids)
@@ -133,18 +157,43 @@ def place(mapping: IdMapping, num_rows: int, table: str) -> Placement:
                 f"table {table} has {num_rows} rows: id {outside[0]} ({mapping.source}) is no row of the identity"
             )
         return Placement(ids, ids, "int64", repeated=repeated)
-    rows = np.mod(ids, num_rows)
+    key_dtype = "string" if ids.dtype == object else "int64"
+    rows = np.mod(ids, num_rows) if mapping.kind == "modulo" else _hash_rows(ids, num_rows)
     per_row = np.bincount(rows, minlength=num_rows)
     shared = per_row > 1
     return Placement(
         ids,
         rows,
-        "int64",
+        key_dtype,
         shared_ids=int(per_row[shared].sum()),
         shared_rows=int(shared.sum()),
         most_per_row=int(per_row.max()),
         repeated=repeated,
     )
+
+
+def _hash_rows(ids: np.ndarray, num_rows: int) -> np.ndarray:
+    """``to_hash_bucket_fast`` of each id (an integer's decimal string), as the hash-bucket feature columns."""
+    with tf.Graph().as_default() as graph:
+        fed = tf.compat.v1.placeholder(tf.string if ids.dtype == object else tf.int64, [None])
+        text = fed if fed.dtype == tf.string else tf.strings.as_string(fed)
+        rows = tf.strings.to_hash_bucket_fast(text, num_rows)
+        with tf.compat.v1.Session(graph=graph) as session:
+            return session.run(rows, {fed: ids})
+
+
+def read_tokens(path: str, flag: str = "--ids") -> tuple[np.ndarray, str]:
+    """(the string ids of a file, one per line, as bytes; their source); empty lines are skipped."""
+    try:
+        with open(path, "rb") as file:
+            lines = file.read().split(b"\n")
+    except OSError as err:
+        raise ConfigError(f"{flag} file {path}: {err.strerror}") from None
+    tokens = [line[:-1] if line.endswith(b"\r") else line for line in lines]
+    tokens = [token for token in tokens if token]
+    if not tokens:
+        raise ConfigError(f"{flag} file {path} holds no id")
+    return np.array(tokens, dtype=object), f"{flag} file {path}"
 
 
 def stored_rows(rows: np.ndarray, num_rows: int, strategy: str, part_sizes: list[int], table: str) -> np.ndarray:

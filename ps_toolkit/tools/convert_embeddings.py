@@ -4,12 +4,13 @@ ps_toolkit.dynamic_embedding tables restores (its first step starts from the tra
     ps-convert-embeddings --checkpoint=/ckpt/fixed --output_dir=/ckpt/dynamic \\
         --table='model/embeddings_*'                       # the identity: id n is row n
     ps-convert-embeddings ... --table=model/user --mapping=modulo --ids=0:5000000   # row id % rows
+    ps-convert-embeddings ... --table=model/city --mapping=hash --ids=cities.txt     # hash-bucket column
     ps-convert-embeddings ... --table=model/word --mapping=vocabulary --vocabulary=words.txt
 
 Each --table is a checkpoint variable (whole or saved as .../part_N) or a pattern, optionally
 =DYNAMIC_NAME. Its optimizer's slots come along (--optimizer, detected by default); every other
 variable is copied under its own name or a --rename. Prints one line per table (with how many ids
-shared a row, for modulo buckets). Bad input: one line on stderr, exit status 2, nothing written.
+shared a row, for modulo and hash buckets). Bad input: one line on stderr, exit status 2, nothing written.
 The same as ``python -m ps_toolkit.tools.convert_embeddings``; docs/dynamic_embedding.md, "Migration
 from fixed tables".
 """
@@ -33,7 +34,10 @@ _MAPPING = flags.DEFINE_enum(
     "mapping", "identity", list(id_mappings.KINDS), "How the fixed model turned an id into a row."
 )
 _IDS = flags.DEFINE_string(
-    "ids", None, "The ids to write: A:B (A .. B-1) or a file of one id per line (modulo: required)."
+    "ids",
+    None,
+    "The ids to write: A:B (A .. B-1) or a file of one id per line (modulo, hash: required). With "
+    "--mapping=hash a file holds string ids, integers with --key_dtype=int64.",
 )
 _VOCABULARY = flags.DEFINE_string("vocabulary", None, "--mapping=vocabulary: the file, one token per row.")
 _OOV = flags.DEFINE_integer("num_oov_buckets", 0, "--mapping=vocabulary: rows after the last line (not written).")
@@ -63,12 +67,16 @@ def mapping_of_flags() -> id_mappings.IdMapping:
         if not _VOCABULARY.value:
             cli.fail("--mapping=vocabulary needs --vocabulary=FILE (one token per row)")
         if _IDS.value:
-            cli.fail("--ids goes with --mapping=identity or modulo; a vocabulary's ids are its lines")
+            cli.fail("--ids goes with --mapping=identity, modulo or hash; a vocabulary's ids are its lines")
         return id_mappings.vocabulary(_VOCABULARY.value, _OOV.value)
     if _VOCABULARY.value or _OOV.value:
         cli.fail(f"--vocabulary and --num_oov_buckets go with --mapping=vocabulary, not --mapping={kind}")
-    if kind == "modulo" and not _IDS.value:
-        cli.fail("--mapping=modulo needs --ids (A:B or a file): buckets do not say which ids used them")
+    if kind in id_mappings.BUCKETED and not _IDS.value:
+        cli.fail(f"--mapping={kind} needs --ids (A:B or a file): buckets do not say which ids used them")
+    if kind == "hash":
+        strings = _KEY_DTYPE.value != "int64" and not id_mappings.is_range(_IDS.value)
+        ids, source = id_mappings.read_tokens(_IDS.value) if strings else id_mappings.read_ids(_IDS.value)
+        return id_mappings.hash_buckets(ids, source)
     ids, source = id_mappings.read_ids(_IDS.value) if _IDS.value else (None, "")
     return id_mappings.identity(ids, source) if kind == "identity" else id_mappings.modulo(ids, source)
 
