@@ -473,3 +473,23 @@ def test_hash_bucket_feature_columns_give_each_id_the_row_the_column_read(tmp_pa
     assert table.placement.key_dtype == key_dtype.name and table.placement.most_per_row > 1
     assert f"{len(ids)} {key_dtype.name} ids written from 7 rows x 2 (hash from the test's ids)" in table.line()
     np.testing.assert_array_equal(restored_rows(report.prefix, "x", ids, key_dtype), expected)
+
+
+@pytest.mark.parametrize(
+    "content, spec, match",
+    [
+        (b"1\n2\nthree\n", None, r"ids file .*, line 3: 'three' is not an integer id"),
+        (b"\xff\xfe\x00", None, r"ids file .*: .*codec can't decode"),
+        (b"\n\n", None, r"ids file .* holds no id"),
+        (None, "5:5", r"--ids=5:5: the range A:B holds no id"),
+        (None, "0:2000000000", r"--ids=0:2000000000: 2000000000 ids, more than one conversion writes"),
+        (None, "no/such/file", r"--ids=no/such/file: neither a range A:B nor a file of ids"),
+    ],
+)
+def test_bad_ids_are_one_line_naming_them(tmp_path, content, spec, match):
+    if content is not None:
+        spec = str(tmp_path / "ids.txt")
+        (tmp_path / "ids.txt").write_bytes(content)
+    with pytest.raises(ConfigError, match=match) as raised:
+        id_mappings.read_ids(spec)
+    assert "\n" not in str(raised.value)

@@ -39,6 +39,7 @@ KINDS = ("identity", "modulo", "hash", "vocabulary")
 BUCKETED = ("modulo", "hash")
 PARTITION_STRATEGIES = ("div", "mod")
 _RANGE = re.compile(r"^(-?\d+):(-?\d+)$")
+MAX_RANGE = 10**9  # the most ids of one --ids=A:B: as many already take tens of GB of arrays to convert
 
 
 @dataclasses.dataclass(frozen=True)
@@ -114,19 +115,29 @@ def read_ids(spec: str, flag: str = "--ids") -> tuple[np.ndarray, str]:
         start, stop = int(match[1]), int(match[2])
         if stop <= start:
             raise ConfigError(f"{flag}={spec}: the range A:B holds no id (B must be above A)")
+        if stop - start > MAX_RANGE:
+            raise ConfigError(
+                f"{flag}={spec}: {stop - start} ids, more than one conversion writes ({MAX_RANGE}); "
+                "give a file of the ids the model saw"
+            )
         return np.arange(start, stop, dtype=np.int64), f"{flag}={spec}"
     if not os.path.isfile(spec):
         raise ConfigError(f"{flag}={spec}: neither a range A:B nor a file of ids")
     ids = []
-    with open(spec, encoding="utf-8") as lines:
-        for number, line in enumerate(lines, 1):
-            text = line.strip()
-            if not text:
-                continue
-            try:
-                ids.append(int(text))
-            except ValueError:
-                raise ConfigError(f"{flag} file {spec}, line {number}: {text[:40]!r} is not an integer id") from None
+    try:
+        with open(spec, encoding="utf-8") as lines:
+            for number, line in enumerate(lines, 1):
+                text = line.strip()
+                if not text:
+                    continue
+                try:
+                    ids.append(int(text))
+                except ValueError:
+                    raise ConfigError(
+                        f"{flag} file {spec}, line {number}: {text[:40]!r} is not an integer id"
+                    ) from None
+    except (OSError, UnicodeDecodeError) as err:
+        raise ConfigError(f"{flag} file {spec}: {getattr(err, 'strerror', None) or err}") from None
     if not ids:
         raise ConfigError(f"{flag} file {spec} holds no id")
     try:
