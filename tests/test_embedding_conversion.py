@@ -493,3 +493,25 @@ def test_bad_ids_are_one_line_naming_them(tmp_path, content, spec, match):
     with pytest.raises(ConfigError, match=match) as raised:
         id_mappings.read_ids(spec)
     assert "\n" not in str(raised.value)
+
+
+def test_a_vocabulary_repeating_a_token_is_refused(tmp_path):
+    one_table_checkpoint(str(tmp_path), np.ones([3, 2], np.float32))
+    vocab = tmp_path / "vocab.txt"
+    vocab.write_text("a\nb\na\n")
+    spec = conversion.TableConversion("emb", id_mappings.vocabulary(str(vocab)))
+    refused(tmp_path, [spec], r"vocab.txt: line 3 repeats line 1's token b'a' \(a token has one row\)")
+
+
+def test_a_rename_matching_nothing_and_one_onto_a_taken_name_are_refused(tmp_path):
+    one_table_checkpoint(str(tmp_path), np.ones([3, 2], np.float32))
+    spec = conversion.TableConversion("emb", id_mappings.identity())
+    refused(
+        tmp_path, [spec], "rename dense=new: no variable of the checkpoint is named dense", rename=[("dense", "new")]
+    )
+    refused(
+        tmp_path,
+        [spec],
+        "variable global_step is renamed emb/rows/bucket_00/keys, a name another variable or table already has",
+        rename=[("global_step", "emb/rows/bucket_00/keys")],
+    )
