@@ -25,6 +25,7 @@ setup(
             "ps-run-legacy = ps_toolkit_compat.run_legacy:main",
             "ps-make-slurm-job = ps_toolkit.tools.make_slurm_job:main",
             "ps-make-tfjob = ps_toolkit.tools.make_tfjob:main",
+            "ps-convert-embeddings = ps_toolkit.tools.convert_embeddings:main",
         ]
     },
     install_requires=[

@@ -9,7 +9,7 @@ import pytest
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SCRIPTS = ["run_task.py", "launch_local.py", "make_tfjob.py", "make_slurm_job.py", "benchmark.py", "run_legacy.py"]
-SCRIPTS += ["launch_ray.py", "launch_spark.py"]
+SCRIPTS += ["launch_ray.py", "launch_spark.py", "convert_embeddings.py"]
 
 
 def run_script(name: str, *args: str) -> subprocess.CompletedProcess:

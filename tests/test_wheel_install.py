@@ -32,7 +32,14 @@ def copy_ignored(folder, names):
     return ignored
 
 
-COMMANDS = ("ps-run-task", "ps-launch-local", "ps-run-legacy", "ps-make-slurm-job", "ps-make-tfjob")
+COMMANDS = (
+    "ps-run-task",
+    "ps-launch-local",
+    "ps-run-legacy",
+    "ps-make-slurm-job",
+    "ps-make-tfjob",
+    "ps-convert-embeddings",
+)
 
 LEGACY_SCRIPT = textwrap.dedent(
     """\
