@@ -1,0 +1,173 @@
+"""Delta checkpoints in one process: a whole checkpoint plus its newest delta restore the rows of a whole
+checkpoint of the delta's step (after eviction, into another number of shards); plain readers see the whole
+checkpoint; a delta whose base is gone is one warning and the whole checkpoint alone.
+
+Graphs run in a plain tf.compat.v1.Session; several shards share the CPU.
+"""
+
+import logging
+import os
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from ps_toolkit import dynamic_embedding as de
+from ps_toolkit.base.errors import ConfigError
+from ps_toolkit.dynamic_embedding import delta_files
+from ps_toolkit.dynamic_embedding.delta_checkpoints import DeltaCheckpointHook, DeltaMergingSaver
+from ps_toolkit.task import checkpoints
+
+CPU = "/cpu:0"
+COMPONENTS = ("rows", "meta", "slot_accumulator")
+
+
+class _Model:
+    """A table trained with Adagrad, evicting ids not seen for 2 steps, and the chief's savers of its graph."""
+
+    def __init__(self, shards: int, key_dtype=tf.int64, admit_after: int = 1):
+        self.graph = tf.Graph()
+        self.key_dtype = key_dtype
+        with self.graph.as_default():
+            self.step = tf.compat.v1.train.get_or_create_global_step()
+            self.table = de.get_table(
+                "t", 2, key_dtype=key_dtype, devices=[CPU] * shards, evict_after_steps=2, admit_after=admit_after
+            )
+            self.ids = tf.compat.v1.placeholder(key_dtype, [None])
+            loss = tf.reduce_sum(tf.square(de.lookup(self.table, self.ids) - 1.0))
+            optimizer = de.TableOptimizer(tf.compat.v1.train.AdagradOptimizer(0.1))
+            self.train_op = optimizer.minimize(loss, global_step=self.step)
+            self.evict_op = de.eviction.eviction_op(self.table, self.step)
+            self.exports = {name: de.table_ops.export_component(self.table, name) for name in COMPONENTS}
+            self.saver = DeltaMergingSaver(sharded=True)
+            init = tf.compat.v1.global_variables_initializer()
+        self.session = tf.compat.v1.Session(graph=self.graph)
+        self.session.run(init)
+
+    def train(self, batch):
+        self.session.run(self.train_op, {self.ids: np.array(batch, dtype=self.key_dtype.as_numpy_dtype)})
+
+    def save(self, prefix: str, step: int) -> str:
+        os.makedirs(os.path.dirname(prefix), exist_ok=True)
+        with self.graph.as_default():
+            return self.saver.save(self.session, prefix, global_step=step)
+
+    def restore(self, prefix: str) -> None:
+        with self.graph.as_default():
+            self.saver.restore(self.session, prefix)
+
+    def content(self) -> dict:
+        """Component -> {id: values} of the table, and the global step."""
+        found = {"global_step": int(self.session.run(self.step))}
+        for name, (ids, values) in self.session.run(self.exports).items():
+            found[name] = {key: value.tolist() for key, value in zip(ids.tolist(), values, strict=True)}
+        return found
+
+
+def _ids(values, key_dtype):
+    return [str(v).encode() for v in values] if key_dtype == tf.string else values
+
+
+def _train_save_and_delta(tmp_path, key_dtype=tf.int64, admit_after=1):
+    """(base prefix, reference whole checkpoint of the delta's step, content at the delta) of one run."""
+    model = _Model(shards=2, key_dtype=key_dtype, admit_after=admit_after)
+    checkpoint_dir = str(tmp_path / "ckpt")
+    hook = DeltaCheckpointHook(model.saver, checkpoint_dir, every_steps=1)
+    with model.graph.as_default():
+        hook.begin()
+        listener = hook.base_listener()
+    ids = lambda *values: _ids(values, key_dtype)  # noqa: E731
+    model.train(ids(1, 2, 3, 400, 5000))  # step 0
+    model.train(ids(1, 2, 6))  # step 1
+    base = model.save(os.path.join(checkpoint_dir, "model.ckpt"), 2)
+    listener.after_save(model.session, 2)
+    model.train(ids(2, 7, 8))  # step 2: 2 changed, 7 and 8 new
+    model.train(ids(9, 7))  # step 3
+    model.session.run(model.evict_op)  # at step 4: every id last seen before step 2 goes (1, 3, 6, 400, 5000)
+    model.train(ids(1, 9))  # step 4: 1 comes back as a new id
+    record = hook.write(model.session)
+    assert record is not None and record["global_step"] == 5, record
+    reference = model.save(str(tmp_path / "reference" / "model.ckpt"), 5)
+    return base, reference, model.content()
+
+
+@pytest.mark.parametrize("key_dtype", [tf.int64, tf.string])
+@pytest.mark.parametrize("restore_shards", [1, 3])
+def test_a_whole_checkpoint_and_its_delta_restore_the_rows_of_a_whole_checkpoint_of_the_deltas_step(
+    tmp_path, key_dtype, restore_shards
+):
+    base, reference, at_delta = _train_save_and_delta(tmp_path, key_dtype)
+    assert set(at_delta["rows"]) == set(_ids([1, 2, 7, 8, 9], key_dtype)), at_delta["rows"]
+    merged = _Model(restore_shards, key_dtype)
+    merged.restore(base)
+    whole = _Model(restore_shards, key_dtype)
+    whole.restore(reference)
+    assert merged.content() == whole.content() == at_delta
+
+
+def test_ids_still_counting_towards_admission_restore_with_their_counts(tmp_path):
+    base, reference, at_delta = _train_save_and_delta(tmp_path, admit_after=2)
+    merged = _Model(2, admit_after=2)
+    merged.restore(base)
+    assert merged.content() == at_delta
+    assert at_delta["meta"][8][0] == 1 and 8 not in at_delta["rows"], at_delta  # seen once: counted, no row
+
+
+def test_a_delta_holds_only_the_changed_rows_and_the_kept_ids(tmp_path):
+    base, _, _ = _train_save_and_delta(tmp_path)
+    state = delta_files.read_state(os.path.dirname(base))
+    reader = tf.train.load_checkpoint(os.path.join(os.path.dirname(base), state.delta))
+    saved = {name: reader.get_tensor(name) for name in reader.get_variable_to_shape_map() if name.startswith("t/")}
+    rows = {int(i) for name, ids in saved.items() if name.startswith("t/rows/") and name.endswith("keys") for i in ids}
+    kept = {int(i) for name, ids in saved.items() if name.startswith("t/kept/") for i in ids}
+    assert rows == {1, 2, 7, 8, 9}  # all seen since the base's step 2 (1 again after its eviction)
+    assert kept == set()  # every id the shard knows was seen since the base
+    assert int(reader.get_tensor("global_step")) == 5
+
+
+def test_plain_readers_and_the_chiefs_checks_see_the_whole_checkpoint(tmp_path):
+    base, _, _ = _train_save_and_delta(tmp_path)
+    checkpoint_dir = os.path.dirname(base)
+    assert any(delta_files.is_delta(path[: -len(".index")]) for path in os.listdir(checkpoint_dir) if ".index" in path)
+    assert tf.train.latest_checkpoint(checkpoint_dir) == base
+    assert tf.compat.v1.train.get_checkpoint_state(checkpoint_dir).all_model_checkpoint_paths == [base]
+    assert checkpoints.prepare_checkpoint_dir(checkpoint_dir) == base
+    assert int(tf.train.load_checkpoint(base).get_tensor("global_step")) == 2
+
+
+def test_a_delta_whose_base_is_gone_is_one_warning_and_the_whole_checkpoint_restores_alone(tmp_path, caplog):
+    model = _Model(shards=2)
+    checkpoint_dir = str(tmp_path / "ckpt")
+    hook = DeltaCheckpointHook(model.saver, checkpoint_dir, every_steps=1)
+    with model.graph.as_default():
+        hook.begin()
+        listener = hook.base_listener()
+    model.train([1, 2])
+    older = model.save(os.path.join(checkpoint_dir, "model.ckpt"), 1)
+    model.train([3])
+    base = model.save(os.path.join(checkpoint_dir, "model.ckpt"), 2)
+    listener.after_save(model.session, 2)
+    model.train([4])
+    assert hook.write(model.session)["global_step"] == 3
+    for name in os.listdir(checkpoint_dir):
+        if name.startswith(os.path.basename(base) + ".") and ".delta-" not in name:
+            os.remove(os.path.join(checkpoint_dir, name))
+    assert checkpoints.prepare_checkpoint_dir(checkpoint_dir) == older  # the state file repaired to the older one
+    restored = _Model(shards=2)
+    with caplog.at_level(logging.WARNING):
+        restored.restore(tf.train.latest_checkpoint(checkpoint_dir))
+    lines = [r.getMessage() for r in caplog.records if "delta checkpoint" in r.getMessage()]
+    assert lines == [
+        "delta checkpoint model.ckpt-2.delta-3 (global step 3): its base checkpoint model.ckpt-2 is gone; "
+        "restoring model.ckpt-1 alone"
+    ], lines
+    content = restored.content()
+    assert content["global_step"] == 1 and set(content["rows"]) == {1, 2}, content
+
+
+def test_a_model_without_tables_is_refused_deltas_in_one_line():
+    with tf.Graph().as_default():
+        tf.compat.v1.train.get_or_create_global_step()
+        saver = DeltaMergingSaver()
+        with pytest.raises(ConfigError, match="need a model with dynamic tables"):
+            DeltaCheckpointHook(saver, "/tmp/unused", every_steps=1)
