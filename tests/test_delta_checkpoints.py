@@ -91,42 +91,54 @@ def _train_save_and_delta(tmp_path, key_dtype=tf.int64, admit_after=1):
     return base, reference, model.content()
 
 
-@pytest.mark.parametrize("key_dtype", [tf.int64, tf.string])
-@pytest.mark.parametrize("restore_shards", [1, 3])
+@pytest.fixture(scope="module")
+def saved(tmp_path_factory):
+    """Key dtype -> (base prefix, reference whole checkpoint, content at the delta), made once per dtype."""
+    made = {}
+
+    def get(key_dtype):
+        if key_dtype not in made:
+            made[key_dtype] = _train_save_and_delta(tmp_path_factory.mktemp(key_dtype.name), key_dtype)
+        return made[key_dtype]
+
+    return get
+
+
+@pytest.mark.parametrize(("key_dtype", "restore_shards"), [(tf.int64, 1), (tf.int64, 3), (tf.string, 3)])
 def test_a_whole_checkpoint_and_its_delta_restore_the_rows_of_a_whole_checkpoint_of_the_deltas_step(
-    tmp_path, key_dtype, restore_shards
+    saved, key_dtype, restore_shards
 ):
-    base, reference, at_delta = _train_save_and_delta(tmp_path, key_dtype)
+    base, reference, at_delta = saved(key_dtype)
     assert set(at_delta["rows"]) == set(_ids([1, 2, 7, 8, 9], key_dtype)), at_delta["rows"]
-    merged = _Model(restore_shards, key_dtype)
-    merged.restore(base)
-    whole = _Model(restore_shards, key_dtype)
-    whole.restore(reference)
-    assert merged.content() == whole.content() == at_delta
+    model = _Model(restore_shards, key_dtype)
+    model.restore(reference)
+    whole = model.content()
+    model.restore(base)  # a restore replaces the shards' content: the delta merges into the base's alone
+    assert model.content() == whole == at_delta
 
 
 def test_ids_still_counting_towards_admission_restore_with_their_counts(tmp_path):
-    base, reference, at_delta = _train_save_and_delta(tmp_path, admit_after=2)
+    base, _, at_delta = _train_save_and_delta(tmp_path, admit_after=2)
+    assert at_delta["meta"][8][0] == 1 and 8 not in at_delta["rows"], at_delta  # seen once: counted, no row
     merged = _Model(2, admit_after=2)
     merged.restore(base)
     assert merged.content() == at_delta
-    assert at_delta["meta"][8][0] == 1 and 8 not in at_delta["rows"], at_delta  # seen once: counted, no row
 
 
-def test_a_delta_holds_only_the_changed_rows_and_the_kept_ids(tmp_path):
-    base, _, _ = _train_save_and_delta(tmp_path)
+def test_a_delta_holds_only_the_changed_rows_and_the_kept_ids(saved):
+    base, _, _ = saved(tf.int64)
     state = delta_files.read_state(os.path.dirname(base))
     reader = tf.train.load_checkpoint(os.path.join(os.path.dirname(base), state.delta))
-    saved = {name: reader.get_tensor(name) for name in reader.get_variable_to_shape_map() if name.startswith("t/")}
-    rows = {int(i) for name, ids in saved.items() if name.startswith("t/rows/") and name.endswith("keys") for i in ids}
-    kept = {int(i) for name, ids in saved.items() if name.startswith("t/kept/") for i in ids}
+    saved_tensors = {n: reader.get_tensor(n) for n in reader.get_variable_to_shape_map() if n.startswith("t/")}
+    rows = {int(i) for n, ids in saved_tensors.items() if n.startswith("t/rows/") and n.endswith("keys") for i in ids}
+    kept = {int(i) for n, ids in saved_tensors.items() if n.startswith("t/kept/") for i in ids}
     assert rows == {1, 2, 7, 8, 9}  # all seen since the base's step 2 (1 again after its eviction)
     assert kept == set()  # every id the shard knows was seen since the base
     assert int(reader.get_tensor("global_step")) == 5
 
 
-def test_plain_readers_and_the_chiefs_checks_see_the_whole_checkpoint(tmp_path):
-    base, _, _ = _train_save_and_delta(tmp_path)
+def test_plain_readers_and_the_chiefs_checks_see_the_whole_checkpoint(saved):
+    base, _, _ = saved(tf.int64)
     checkpoint_dir = os.path.dirname(base)
     assert any(delta_files.is_delta(path[: -len(".index")]) for path in os.listdir(checkpoint_dir) if ".index" in path)
     assert tf.train.latest_checkpoint(checkpoint_dir) == base
