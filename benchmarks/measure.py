@@ -27,6 +27,10 @@ class RunFigures:
     # Bytes all tasks sent each other per global step over the same window (a run counting loopback only).
     bytes_per_step: float | None = None
     auc: float | None = None  # the evaluation's ROC AUC, where a task printed one
+    # ps_toolkit's ctr runs (benchmarks.checkpoint_sizes): a whole checkpoint, a delta of it, the steps between.
+    checkpoint_bytes: int | None = None
+    delta_bytes: int | None = None
+    delta_steps: int | None = None
 
 
 def figures(outcome: ClusterOutcome) -> RunFigures:
@@ -132,6 +136,9 @@ def summarize(runs: list[RunFigures]) -> dict:
         "cpu_ms_per_step_by_task": _median_by_task([r.cpu_ms_per_step_by_task for r in runs]),
         "measured_bytes_per_step": _median_or_none([r.bytes_per_step for r in runs], 0),
         "auc": _median_or_none([r.auc for r in runs], 4),
+        "checkpoint_bytes": _median_or_none([r.checkpoint_bytes for r in runs], 0),
+        "delta_bytes": _median_or_none([r.delta_bytes for r in runs], 0),
+        "delta_steps": _median_or_none([r.delta_steps for r in runs], 0),
         "repetitions": len(runs),
     }
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import json
 
+from benchmarks import checkpoint_sizes
 from benchmarks.cluster_run import Task
 from benchmarks.synthetic import EMBEDDING, MODELS
 from benchmarks.tfra_systems import TFRA_SYSTEMS, TFRA_TF2_15, TOOLKIT_TFRA
@@ -29,6 +30,8 @@ TOOLKIT_FLAGS = {
     TOOLKIT_DYNAMIC: (),
 }
 CTR = "ctr"
+# The systems whose ctr records hold checkpoint sizes (benchmarks.checkpoint_sizes).
+CTR_CHECKPOINT_SYSTEMS = (TOOLKIT, TOOLKIT_DYNAMIC)
 CTR_LEARNING_RATE = 0.05  # benchmarks.ctr_model.LEARNING_RATE, without importing TensorFlow
 _RAW_SCRIPTS = {EMBEDDING.name: PACKAGE + ".raw_tf1_embedding", CTR: PACKAGE + ".raw_tf1_ctr"}
 # The raw script runs until the harness stops it (see run_options).
@@ -139,6 +142,8 @@ def tasks(config: Config, ports: list[int], checkpoint_dir: str, data_dir: str) 
         batch_size, learning_rate = batch_and_rate(config.model)
         common += [f"--batch_size={batch_size}", f"--learning_rate={learning_rate}"]
         common += list(TOOLKIT_FLAGS[config.system])
+        if config.model == CTR and config.system in CTR_CHECKPOINT_SYSTEMS:
+            common += checkpoint_sizes.save_flags(config.train_steps, dynamic=config.system == TOOLKIT_DYNAMIC)
     common += list(config.extra_flags)
     # The toolkit's tasks are forked from one fork server, as its launcher starts them;
     # the raw and TF2 scripts start as their users run them, one process each.

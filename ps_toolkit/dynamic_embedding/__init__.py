@@ -4,6 +4,7 @@ Usage: docs/dynamic_embedding.md. Design: docs/design.md, "Dynamic embedding tab
 """
 
 from ps_toolkit.dynamic_embedding import layout, table_ops
+from ps_toolkit.dynamic_embedding.delta_checkpoints import DeltaCheckpointHook, DeltaMergingSaver
 from ps_toolkit.dynamic_embedding.initial_rows import InitialRows
 from ps_toolkit.dynamic_embedding.keys import KEY_DTYPES, NUM_SAVE_BUCKETS
 from ps_toolkit.dynamic_embedding.lookup_batches import batched_lookups
@@ -31,6 +32,8 @@ __all__ = [
     "COMBINERS",
     "KEY_DTYPES",
     "NUM_SAVE_BUCKETS",
+    "DeltaCheckpointHook",
+    "DeltaMergingSaver",
     "DynamicTable",
     "InitialRows",
     "TableMaintenanceHook",

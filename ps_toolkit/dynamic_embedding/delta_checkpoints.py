@@ -66,12 +66,13 @@ class DeltaSaver:
 class DeltaMergingSaver(tf.compat.v1.train.Saver):
     """A ``tf.compat.v1.train.Saver`` (same arguments) whose restore merges the newest delta of the checkpoint.
 
-    In a graph without dynamic tables it is the plain Saver. Build it after the model.
+    In a graph without dynamic tables, or with ``deltas=False`` (a graph that never restores), it is the
+    plain Saver. Build it after the model.
     """
 
-    def __init__(self, *args, **kwargs):
+    def __init__(self, *args, deltas: bool = True, **kwargs):
         super().__init__(*args, **kwargs)
-        self.delta = DeltaSaver() if layout.groups_of_graph() else None
+        self.delta = DeltaSaver() if deltas and layout.groups_of_graph() else None
 
     def restore(self, sess, save_path):
         """Restores whole checkpoint ``save_path``, then the newest delta built on it (if any)."""
@@ -80,7 +81,9 @@ class DeltaMergingSaver(tf.compat.v1.train.Saver):
         if found is not None:
             prefix, state = found
             self.delta.restore(sess, prefix, state.base_step)
-            log.info("restored delta checkpoint %s (global step %d) over %s", state.delta, state.global_step, state.base)
+            log.info(
+                "restored delta checkpoint %s (global step %d) over %s", state.delta, state.global_step, state.base
+            )
 
 
 class DeltaCheckpointHook(tf.compat.v1.train.SessionRunHook):

@@ -122,7 +122,9 @@ class DeltaShardSaveable(_SaveableObject):
             with tf.control_dependencies([merged_meta]):
                 for component, hash_table in self._components:
                     if component != "meta":
-                        merged.append(self._merge(hash_table, stored_of(component), values_of(component, hash_table.width)))
+                        merged.append(
+                            self._merge(hash_table, stored_of(component), values_of(component, hash_table.width))
+                        )
             return tf.group(*merged)
 
     def _merge(self, hash_table, delta_stored: tf.Tensor, delta_values: tf.Tensor) -> tf.Operation:

@@ -62,7 +62,7 @@ def _write(definition, input_context, checkpoint: str, path: str, partitioner) -
             for key, outputs in _signature_outputs(spec).items()
         }
         with tf.compat.v1.Session() as session:
-            saver = tf.compat.v1.train.Saver()
+            saver = dynamic_embedding.DeltaMergingSaver()  # the checkpoint's newest delta merged in
             saver.restore(session, checkpoint)
             # Dynamic tables ride in the saver (their rows restored into one shard); the collections of Python
             # objects that found them would not survive the meta graph.

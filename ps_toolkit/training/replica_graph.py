@@ -101,7 +101,8 @@ def build(cluster: ClusterConfig, config: TrainConfig, definition: ModelDefiniti
     # No replica is ready on a restarted ps's empty table shards until the chief restored them.
     dynamic_embedding.require_filled_tables()
     scaffold = tf.compat.v1.train.Scaffold(
-        saver=tf.compat.v1.train.Saver(max_to_keep=5, sharded=True),
+        # The chief's restores merge the newest delta checkpoint of the dynamic tables (docs/online.md).
+        saver=dynamic_embedding.DeltaMergingSaver(max_to_keep=5, sharded=True, deltas=cluster.is_chief),
         ready_for_local_init_op=_ready_for_local_init(cluster, hooks),
     )
     return TrainGraph(global_step, train_op, loss, hooks, scaffold, partitioner, multi_step, learning_rate)

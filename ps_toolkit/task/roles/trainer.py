@@ -76,9 +76,27 @@ def _save_pacer(cluster: ClusterConfig, config: TrainConfig, graph: TrainGraph) 
     return SavePacer(config.save_checkpoint_steps)
 
 
-def _chief_saving_hooks(config: TrainConfig, graph: TrainGraph, listeners=()) -> list:
+def _delta_hook(cluster: ClusterConfig, config: TrainConfig, graph: TrainGraph):
+    """The chief's delta checkpoints of the dynamic tables (--delta_checkpoint_secs/steps), or None."""
+    if not config.deltas:
+        return None
+    # An async worker's step may read the global step before a whole save and write its rows after:
+    # the rows of the last runs of every replica before the whole checkpoint go into each delta too.
+    margin = 0 if config.sync_replicas else config.steps_per_run * cluster.num_replicas
+    return dynamic_embedding.DeltaCheckpointHook(
+        graph.scaffold.saver,
+        config.checkpoint_dir,
+        every_secs=config.delta_checkpoint_secs,
+        every_steps=config.delta_checkpoint_steps,
+        margin_steps=margin,
+    )
+
+
+def _chief_saving_hooks(config: TrainConfig, graph: TrainGraph, listeners=(), cluster: ClusterConfig = None) -> list:
     if not config.checkpoint_dir:
         return []
+    deltas = _delta_hook(cluster, config, graph) if cluster is not None else None
+    listeners = [*listeners, *([deltas.base_listener()] if deltas else [])]
     steps = None if config.save_checkpoint_secs else config.save_checkpoint_steps
     saver_class = tf.compat.v1.train.CheckpointSaverHook
     if graph.multi_step is not None:
@@ -105,6 +123,7 @@ def _chief_saving_hooks(config: TrainConfig, graph: TrainGraph, listeners=()) ->
         set_saver_steps_per_run(saver_hook, config.steps_per_run)
     return [
         saver_hook,
+        *([deltas] if deltas else []),
         tf.compat.v1.train.SummarySaverHook(
             save_steps=config.save_summaries_steps, output_dir=config.checkpoint_dir, scaffold=graph.scaffold
         ),
@@ -292,7 +311,7 @@ def _hooks(
         listeners = [guard.saver_listener(), *([pacer] if pacer else []), *(hook.save_listener() for hook in positions)]
         # The positions are read before the saver's first save (at session creation) can write them back.
         rest = [hook for hook in hooks if hook not in positions]
-        hooks = [*positions, guard, *_chief_saving_hooks(config, graph, listeners=listeners), *rest]
+        hooks = [*positions, guard, *_chief_saving_hooks(config, graph, listeners, cluster), *rest]
     if evaluation is None:
         return hooks
     # The final evaluation starts first at the end and runs while the final checkpoint is written;

@@ -1,0 +1,56 @@
+"""The ctr runs' checkpoint sizes: a whole checkpoint, and a delta checkpoint 100 steps after it.
+
+ps_toolkit's ctr runs save a whole checkpoint ``DELTA_AFTER_STEPS + 50`` steps before their end
+(``save_flags``) and, with dynamic tables, a delta every ``DELTA_AFTER_STEPS`` steps: the folder
+then holds that whole checkpoint and one delta of it (docs/online.md names the files). Read
+without TensorFlow: the driver never imports it.
+"""
+
+from __future__ import annotations
+
+import glob
+import json
+import os
+import re
+
+DELTA_AFTER_STEPS = 100
+DELTA_STATE_FILE = "delta_checkpoint"  # ps_toolkit.dynamic_embedding.delta_files.STATE_FILE
+
+
+def save_flags(train_steps: int, dynamic: bool) -> list[str]:
+    """The run's save flags: one whole checkpoint past step 0 with room for one delta after it."""
+    whole_at = max(1, train_steps - DELTA_AFTER_STEPS - 50)
+    flags = [f"--save_checkpoint_steps={whole_at}"]
+    return flags + ([f"--delta_checkpoint_steps={DELTA_AFTER_STEPS}"] if dynamic else [])
+
+
+def _bytes(prefix: str) -> int:
+    files = glob.glob(glob.escape(prefix) + ".index") + glob.glob(glob.escape(prefix) + ".data-?????-of-?????")
+    return sum(os.path.getsize(path) for path in files)
+
+
+def _newest_whole(checkpoint_dir: str) -> str | None:
+    try:
+        with open(os.path.join(checkpoint_dir, "checkpoint")) as file:
+            match = re.search(r'^model_checkpoint_path: "(.+)"$', file.read(), re.M)
+    except OSError:
+        return None
+    return os.path.join(checkpoint_dir, os.path.basename(match.group(1))) if match else None
+
+
+def measure(checkpoint_dir: str) -> dict:
+    """{checkpoint_bytes, delta_bytes, delta_steps}: the delta's base and the delta, else the newest whole."""
+    try:
+        with open(os.path.join(checkpoint_dir, DELTA_STATE_FILE)) as file:
+            state = json.load(file)
+    except (OSError, ValueError):
+        state = None
+    if state is None:
+        whole = _newest_whole(checkpoint_dir)
+        return {"checkpoint_bytes": _bytes(whole) if whole else None, "delta_bytes": None, "delta_steps": None}
+    base_step = int(re.search(r"-(\d+)$", state["base"]).group(1))
+    return {
+        "checkpoint_bytes": _bytes(os.path.join(checkpoint_dir, state["base"])),
+        "delta_bytes": _bytes(os.path.join(checkpoint_dir, state["delta"])),
+        "delta_steps": int(state["global_step"]) - base_step,
+    }
