@@ -77,10 +77,11 @@ def run_once(config: systems.Config, limits: Limits, data_dir: str) -> measure.R
             options.update(systems.run_options(config, limits.measure_s))
             task_list = systems.tasks(config, list(reservation.ports), checkpoint_dir, data_dir)
             outcome = run_cluster(task_list, **options)
-        found = measure.figures(outcome)
+        sizes = {}
         if config.model == systems.CTR and config.system in systems.CTR_CHECKPOINT_SYSTEMS:
-            found = dataclasses.replace(found, **checkpoint_sizes.measure(checkpoint_dir))
-        return found
+            sizes = checkpoint_sizes.measure(checkpoint_dir)
+            log.info("%s: checkpoint sizes %s", _label(config), sizes)
+        return dataclasses.replace(measure.figures(outcome), **sizes)
     finally:
         shutil.rmtree(checkpoint_dir, ignore_errors=True)
 

@@ -141,9 +141,12 @@ def tasks(config: Config, ports: list[int], checkpoint_dir: str, data_dir: str) 
         # The benchmark's batch size and learning rate, as the raw script uses; the rest: run_task.py's defaults.
         batch_size, learning_rate = batch_and_rate(config.model)
         common += [f"--batch_size={batch_size}", f"--learning_rate={learning_rate}"]
-        common += list(TOOLKIT_FLAGS[config.system])
+        toolkit_flags = list(TOOLKIT_FLAGS[config.system])
         if config.model == CTR and config.system in CTR_CHECKPOINT_SYSTEMS:
-            common += checkpoint_sizes.save_flags(config.train_steps, dynamic=config.system == TOOLKIT_DYNAMIC)
+            # Saves by steps instead of the timing runs' one save at the start and the end.
+            toolkit_flags = [flag for flag in toolkit_flags if not flag.startswith("--save_checkpoint_secs=")]
+            toolkit_flags += checkpoint_sizes.save_flags(config.train_steps, dynamic=config.system == TOOLKIT_DYNAMIC)
+        common += toolkit_flags
     common += list(config.extra_flags)
     # The toolkit's tasks are forked from one fork server, as its launcher starts them;
     # the raw and TF2 scripts start as their users run them, one process each.

@@ -93,12 +93,15 @@ class DeltaCheckpointHook(tf.compat.v1.train.SessionRunHook):
         saver: The chief's scaffold saver (a DeltaMergingSaver of a graph with tables).
         checkpoint_dir: The chief's checkpoint folder.
         every_secs, every_steps: The deltas' interval (either or both; a delta when either is due).
+        last_step: The job's last global step (0: none): no delta there, the final whole checkpoint follows.
         margin_steps: Entries last seen up to this many steps before the whole checkpoint's step go into the
             delta too: an async worker's step that read the global step before the whole save and wrote after
             it carries an older step (0 for sync training, whose chief writes every step itself).
     """
 
-    def __init__(self, saver, checkpoint_dir: str, every_secs=None, every_steps=None, margin_steps: int = 0):
+    def __init__(
+        self, saver, checkpoint_dir: str, every_secs=None, every_steps=None, last_step: int = 0, margin_steps: int = 0
+    ):
         if getattr(saver, "delta", None) is None:
             raise ConfigError(
                 "--delta_checkpoint_secs/--delta_checkpoint_steps need a model with dynamic tables "
@@ -106,6 +109,7 @@ class DeltaCheckpointHook(tf.compat.v1.train.SessionRunHook):
             )
         self._delta, self._checkpoint_dir = saver.delta, checkpoint_dir
         self._every_secs, self._every_steps, self._margin = every_secs, every_steps, margin_steps
+        self._last_step = last_step
         self._base = None  # (prefix, global step) of the last whole checkpoint
         self._last = None  # (monotonic time, global step) of the last delta or whole checkpoint
         self.latest: dict | None = None  # the last delta written: prefix, global_step, bytes, seconds
@@ -129,18 +133,17 @@ class DeltaCheckpointHook(tf.compat.v1.train.SessionRunHook):
         return _Base()
 
     def before_run(self, run_context):
-        """Asks for the global step when deltas go by steps."""
-        return tf.compat.v1.train.SessionRunArgs(self._global_step) if self._every_steps else None
+        """Asks for the global step with each run (the progress hook fetches it too: no extra round trip)."""
+        return tf.compat.v1.train.SessionRunArgs(self._global_step)
 
     def after_run(self, run_context, run_values):
         """Writes a delta once its interval has passed since the last delta or whole checkpoint."""
-        if self._base is None:
+        step = int(run_values.results)
+        if self._base is None or run_context.stop_requested or (self._last_step and step >= self._last_step):
             return
-        since, step = self._last
+        since, since_step = self._last
         due = self._every_secs is not None and time.monotonic() - since >= self._every_secs
-        if self._every_steps and run_values.results is not None:
-            due = due or int(run_values.results) - step >= self._every_steps
-        if due:
+        if due or (self._every_steps and step - since_step >= self._every_steps):
             self.write(run_context.session)
 
     def write(self, session) -> dict | None:

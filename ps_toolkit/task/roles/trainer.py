@@ -88,6 +88,7 @@ def _delta_hook(cluster: ClusterConfig, config: TrainConfig, graph: TrainGraph):
         config.checkpoint_dir,
         every_secs=config.delta_checkpoint_secs,
         every_steps=config.delta_checkpoint_steps,
+        last_step=config.last_step if config.train_steps else 0,
         margin_steps=margin,
     )
 
