@@ -12,11 +12,14 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
+import ps_toolkit
 from ps_toolkit import dynamic_embedding as de
 from ps_toolkit.base.errors import ConfigError
 from ps_toolkit.dynamic_embedding import delta_files
 from ps_toolkit.dynamic_embedding.delta_checkpoints import DeltaCheckpointHook, DeltaMergingSaver
 from ps_toolkit.task import checkpoints
+from ps_toolkit.training import export
+from ps_toolkit.training.model_api import ModelDefinition
 
 CPU = "/cpu:0"
 COMPONENTS = ("rows", "meta", "slot_accumulator")
@@ -30,9 +33,10 @@ class _Model:
         self.key_dtype = key_dtype
         with self.graph.as_default():
             self.step = tf.compat.v1.train.get_or_create_global_step()
-            self.table = de.get_table(
-                "t", 2, key_dtype=key_dtype, devices=[CPU] * shards, evict_after_steps=2, admit_after=admit_after
-            )
+            with tf.compat.v1.variable_scope("model"):  # as the toolkit's model_fn calls make it: model/t
+                self.table = de.get_table(
+                    "t", 2, key_dtype=key_dtype, devices=[CPU] * shards, evict_after_steps=2, admit_after=admit_after
+                )
             self.ids = tf.compat.v1.placeholder(key_dtype, [None])
             loss = tf.reduce_sum(tf.square(de.lookup(self.table, self.ids) - 1.0))
             optimizer = de.TableOptimizer(tf.compat.v1.train.AdagradOptimizer(0.1))
@@ -129,12 +133,40 @@ def test_a_delta_holds_only_the_changed_rows_and_the_kept_ids(saved):
     base, _, _ = saved(tf.int64)
     state = delta_files.read_state(os.path.dirname(base))
     reader = tf.train.load_checkpoint(os.path.join(os.path.dirname(base), state.delta))
-    saved_tensors = {n: reader.get_tensor(n) for n in reader.get_variable_to_shape_map() if n.startswith("t/")}
-    rows = {int(i) for n, ids in saved_tensors.items() if n.startswith("t/rows/") and n.endswith("keys") for i in ids}
-    kept = {int(i) for n, ids in saved_tensors.items() if n.startswith("t/kept/") for i in ids}
+    saved_tensors = {n: reader.get_tensor(n) for n in reader.get_variable_to_shape_map() if n.startswith("model/t/")}
+    rows = {
+        int(i) for n, ids in saved_tensors.items() if n.startswith("model/t/rows/") and n.endswith("keys") for i in ids
+    }
+    kept = {int(i) for n, ids in saved_tensors.items() if n.startswith("model/t/kept/") for i in ids}
     assert rows == {1, 2, 7, 8, 9}  # all seen since the base's step 2 (1 again after its eviction)
     assert kept == set()  # every id the shard knows was seen since the base
     assert int(reader.get_tensor("global_step")) == 5
+
+
+def _model_fn(features, labels, mode, params):
+    rows = de.lookup(de.get_table("t", 2, evict_after_steps=2), features)
+    return ps_toolkit.ModelSpec(mode, predictions=tf.reduce_sum(rows, -1))
+
+
+def _input_fn(input_context):
+    return tf.data.Dataset.from_tensors((tf.constant([1], tf.int64), tf.constant([0.0])))
+
+
+def _predictions(checkpoint_dir: str, export_dir: str, ids) -> list:
+    definition = ModelDefinition(_model_fn, _input_fn)
+    export.export_saved_model(definition, None, checkpoint_dir, export_dir)
+    with tf.Graph().as_default(), tf.compat.v1.Session() as session:
+        signature = tf.compat.v1.saved_model.load(session, ["serve"], export_dir).signature_def["serving_default"]
+        return session.run(signature.outputs["output"].name, {signature.inputs["features"].name: ids}).tolist()
+
+
+def test_the_export_of_a_whole_checkpoint_and_its_delta_predicts_as_that_of_a_whole_checkpoint_of_its_step(
+    saved, tmp_path
+):
+    base, reference, _ = saved(tf.int64)
+    ids = [1, 2, 3, 6, 7, 8, 9, 400, 5000, 12345]
+    merged = _predictions(os.path.dirname(base), str(tmp_path / "merged"), ids)
+    assert merged == _predictions(os.path.dirname(reference), str(tmp_path / "whole"), ids)
 
 
 def test_plain_readers_and_the_chiefs_checks_see_the_whole_checkpoint(saved):

@@ -3,7 +3,7 @@
 Usage: docs/dynamic_embedding.md. Design: docs/design.md, "Dynamic embedding tables".
 """
 
-from ps_toolkit.dynamic_embedding import layout, table_ops
+from ps_toolkit.dynamic_embedding import delta_files, layout, table_ops
 from ps_toolkit.dynamic_embedding.delta_checkpoints import DeltaCheckpointHook, DeltaMergingSaver
 from ps_toolkit.dynamic_embedding.initial_rows import InitialRows
 from ps_toolkit.dynamic_embedding.keys import KEY_DTYPES, NUM_SAVE_BUCKETS
@@ -43,6 +43,7 @@ __all__ = [
     "clear_graph_collections",
     "get_table",
     "is_table_rows",
+    "delta_files",
     "layout",
     "lookup",
     "lookup_sparse",
