@@ -1,9 +1,10 @@
 """The ctr runs' checkpoint sizes: a whole checkpoint, and a delta checkpoint 100 steps after it.
 
-ps_toolkit's ctr runs save a whole checkpoint ``DELTA_AFTER_STEPS + 50`` steps before their end
-(``save_flags``) and, with dynamic tables, a delta every ``DELTA_AFTER_STEPS`` steps: the folder
-then holds that whole checkpoint and one delta of it (docs/online.md names the files). Read
-without TensorFlow: the driver never imports it.
+ps_toolkit's ctr runs save a whole checkpoint every third of their steps (``save_flags``) and,
+with dynamic tables, a delta every ``DELTA_AFTER_STEPS`` steps after each: at the end the folder
+holds the newest delta and its base (docs/online.md names the files), the steps between them as
+the chief's pace made them (``delta_steps``; ``python -m benchmarks.delta_sizes`` measures them at
+an exact step in one process). Read without TensorFlow: the driver never imports it.
 """
 
 from __future__ import annotations
@@ -18,8 +19,8 @@ DELTA_STATE_FILE = "delta_checkpoint"  # ps_toolkit.dynamic_embedding.delta_file
 
 
 def save_flags(train_steps: int, dynamic: bool) -> list[str]:
-    """The run's save flags: one whole checkpoint past step 0 with room for one delta after it."""
-    whole_at = max(1, train_steps - DELTA_AFTER_STEPS - 50)
+    """The run's save flags: whole checkpoints every third of the run, with room for a delta after each."""
+    whole_at = max(1, train_steps // 3)
     flags = [f"--save_checkpoint_steps={whole_at}"]
     return flags + ([f"--delta_checkpoint_steps={DELTA_AFTER_STEPS}"] if dynamic else [])
 
