@@ -1,8 +1,8 @@
 """A drill on delta checkpoints: the chief and a ps holding table shards killed between two deltas.
 
 Real processes (LocalCluster: 2 ps + 2 workers, the dynamic_clicks model, no eviction), whole
-checkpoints every 300 global steps and deltas every 30. Once a delta builds on a whole checkpoint
-past step 0, the chief is killed (SIGKILL: no save after it), then ps:1, and both are started again.
+checkpoints every 1000 global steps and deltas every 30. Once a delta builds on the newest whole
+checkpoint, past step 0, the chief is killed (SIGKILL: no save after it), then ps:1, and both are started again.
 The restarted chief must restore the whole checkpoint merged with the newest delta: ps:1's shard of
 each table then holds every row of that delta's state (the whole checkpoint's kept rows and the
 delta's changed ones), the global step resumes from the delta's, and every task exits 0.
@@ -16,12 +16,10 @@ import tensorflow as tf
 
 from ps_toolkit.cluster.preflight import reachable
 from ps_toolkit.dynamic_embedding import delta_files, keys
-from ps_toolkit.launch.local_cluster import LocalCluster
 from tests import logwatch
-from tests.test_dynamic_embedding_ps_restart import EXAMPLE, TABLES, _live_ids
+from tests.test_dynamic_embedding_ps_restart import STEPS, TABLES, _cluster, _live_ids
 
 pytestmark = pytest.mark.slow
-STEPS = 6000
 
 
 def _ids(reader, table: str, component: str, shard: int, num_shards: int) -> set:
@@ -43,30 +41,21 @@ def _rows_of_newest_delta(checkpoint_dir: str, table: str, shard: int, num_shard
 
 def test_a_restarted_chief_and_ps_get_every_row_of_the_newest_delta_back(tmp_path):
     checkpoint_dir = str(tmp_path / "ckpt")
-    args = [
-        "--model_fn=dynamic_clicks:model_fn",
-        "--input_fn=dynamic_clicks:input_fn",
-        "--optimizer=adagrad",
-        "--learning_rate=0.5",
-        "--batch_size=64",
-        f"--train_steps={STEPS}",
-        f"--checkpoint_dir={checkpoint_dir}",
-        "--save_checkpoint_steps=300",
-        "--delta_checkpoint_steps=30",
-        "--watchdog_secs=60",
-        "--ps_orphan_timeout_secs=30",
-    ]
-    env = {"PYTHONPATH": EXAMPLE}
-    with LocalCluster(num_ps=2, num_workers=2, train_args=args, log_dir=str(tmp_path / "logs"), env=env) as local:
+    deltas = ("--save_checkpoint_steps=1000", "--delta_checkpoint_steps=30")
+    with _cluster(tmp_path, checkpoint_dir, *deltas) as local:
         chief = local.log_path("worker", 0)
 
-        def delta_past_the_first_whole():
+        def delta_of_the_newest_whole():
             state = delta_files.read_state(checkpoint_dir)
-            return state is not None and state.base_step > 0 and state.global_step > state.base_step + 30
+            newest = tf.train.latest_checkpoint(checkpoint_dir)
+            past_step_0 = state is not None and state.base_step > 0 and state.global_step > state.base_step + 30
+            return past_step_0 and newest is not None and os.path.basename(newest) == state.base
 
-        logwatch.wait_until(delta_past_the_first_whole, 300, "a delta of a whole checkpoint past step 0")
+        logwatch.wait_until(delta_of_the_newest_whole, 300, "a delta of the newest whole checkpoint, past step 0")
         local.kill("worker", 0)
         state = delta_files.read_state(checkpoint_dir)
+        # A whole checkpoint saved between the check and the kill would be restored alone (it is newer).
+        assert os.path.basename(tf.train.latest_checkpoint(checkpoint_dir)) == state.base, state
         assert state.global_step < STEPS - 2000, f"training nearly over before the kills: {state}"
         expected = {table: _rows_of_newest_delta(checkpoint_dir, table, 1, 2) for table in TABLES}
         local.kill("ps", 1)

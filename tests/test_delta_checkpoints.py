@@ -209,6 +209,32 @@ def test_a_delta_whose_base_is_gone_is_one_warning_and_the_whole_checkpoint_rest
     assert content["global_step"] == 1 and set(content["rows"]) == {1, 2}, content
 
 
+def test_a_damaged_delta_is_one_warning_and_the_whole_checkpoint_restores_alone(tmp_path, caplog):
+    model = _Model(shards=2)
+    checkpoint_dir = str(tmp_path / "ckpt")
+    hook = DeltaCheckpointHook(model.saver, checkpoint_dir, every_steps=1)
+    with model.graph.as_default():
+        hook.begin()
+        listener = hook.base_listener()
+    model.train([1, 2])
+    base = model.save(os.path.join(checkpoint_dir, "model.ckpt"), 1)
+    listener.after_save(model.session, 1)
+    model.train([3])
+    delta = hook.write(model.session)["prefix"]
+    for name in os.listdir(checkpoint_dir):
+        if name.startswith(os.path.basename(delta) + ".data"):
+            with open(os.path.join(checkpoint_dir, name), "r+b") as file:
+                file.truncate(os.path.getsize(file.name) // 2)
+    restored = _Model(shards=2)
+    with caplog.at_level(logging.WARNING):
+        restored.restore(base)
+    lines = [r.getMessage() for r in caplog.records if "delta checkpoint" in r.getMessage()]
+    assert len(lines) == 1 and lines[0].startswith(f"delta checkpoint {os.path.basename(delta)} could not be merged")
+    assert lines[0].endswith("; restoring model.ckpt-1 alone"), lines
+    content = restored.content()
+    assert content["global_step"] == 1 and set(content["rows"]) == {1, 2}, content
+
+
 def test_a_model_without_tables_is_refused_deltas_in_one_line():
     with tf.Graph().as_default():
         tf.compat.v1.train.get_or_create_global_step()

@@ -65,7 +65,8 @@ def _live_ids(address: str, table: str, shard: int, num_shards: int) -> set:
 STEPS = 6000
 
 
-def _cluster(tmp_path, checkpoint_dir: str) -> LocalCluster:
+def _cluster(tmp_path, checkpoint_dir: str, *extra_args: str) -> LocalCluster:
+    """The drills' cluster; ``extra_args`` come last (a flag given twice takes the later value)."""
     args = [
         "--model_fn=dynamic_clicks:model_fn",
         "--input_fn=dynamic_clicks:input_fn",
@@ -77,6 +78,7 @@ def _cluster(tmp_path, checkpoint_dir: str) -> LocalCluster:
         "--save_checkpoint_steps=40",
         "--watchdog_secs=60",
         "--ps_orphan_timeout_secs=30",
+        *extra_args,
     ]
     env = {"PYTHONPATH": EXAMPLE}
     return LocalCluster(num_ps=2, num_workers=2, train_args=args, log_dir=str(tmp_path / "logs"), env=env)

@@ -78,12 +78,23 @@ class DeltaMergingSaver(tf.compat.v1.train.Saver):
         """Restores whole checkpoint ``save_path``, then the newest delta built on it (if any)."""
         super().restore(sess, save_path)
         found = delta_files.delta_for(save_path) if self.delta is not None and save_path else None
-        if found is not None:
-            prefix, state = found
+        if found is None:
+            return
+        prefix, state = found
+        try:
             self.delta.restore(sess, prefix, state.base_step)
-            log.info(
-                "restored delta checkpoint %s (global step %d) over %s", state.delta, state.global_step, state.base
+        except tf.errors.OpError as err:  # a damaged delta: its merge may have begun, so the whole again
+            first = (err.message or str(err)).strip().splitlines()[0][:200]
+            log.warning(
+                "delta checkpoint %s could not be merged (%s: %s); restoring %s alone",
+                state.delta,
+                type(err).__name__,
+                first,
+                state.base,
             )
+            super().restore(sess, save_path)
+            return
+        log.info("restored delta checkpoint %s (global step %d) over %s", state.delta, state.global_step, state.base)
 
 
 class DeltaCheckpointHook(tf.compat.v1.train.SessionRunHook):
