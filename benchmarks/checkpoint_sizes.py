@@ -1,7 +1,8 @@
 """The ctr runs' checkpoint sizes: a whole checkpoint, and a delta checkpoint 100 steps after it.
 
-ps_toolkit's ctr runs save a whole checkpoint every third of their steps (``save_flags``) and,
-with dynamic tables, a delta every ``DELTA_AFTER_STEPS`` steps after each: at the end the folder
+ps_toolkit's ctr runs with dynamic tables save a whole checkpoint every third of their steps and a
+delta every ``DELTA_AFTER_STEPS`` steps after each (``save_flags``; with fixed tables the record
+holds the newest whole checkpoint's size, saved as the timing runs save): at the end the folder
 holds the newest delta and its base (docs/online.md names the files), the steps between them as
 the chief's pace made them (``delta_steps``; ``python -m benchmarks.delta_sizes`` measures them at
 an exact step in one process). Read without TensorFlow: the driver never imports it.
@@ -18,11 +19,9 @@ DELTA_AFTER_STEPS = 100
 DELTA_STATE_FILE = "delta_checkpoint"  # ps_toolkit.dynamic_embedding.delta_files.STATE_FILE
 
 
-def save_flags(train_steps: int, dynamic: bool) -> list[str]:
-    """The run's save flags: whole checkpoints every third of the run, with room for a delta after each."""
-    whole_at = max(1, train_steps // 3)
-    flags = [f"--save_checkpoint_steps={whole_at}"]
-    return flags + ([f"--delta_checkpoint_steps={DELTA_AFTER_STEPS}"] if dynamic else [])
+def save_flags(train_steps: int) -> list[str]:
+    """A dynamic-table run's save flags: whole checkpoints every third of the run, a delta every 100 steps."""
+    return [f"--save_checkpoint_steps={max(1, train_steps // 3)}", f"--delta_checkpoint_steps={DELTA_AFTER_STEPS}"]
 
 
 def _bytes(prefix: str) -> int:

@@ -81,7 +81,8 @@ def run_once(config: systems.Config, limits: Limits, data_dir: str) -> measure.R
         if config.model == systems.CTR and config.system in systems.CTR_CHECKPOINT_SYSTEMS:
             sizes = checkpoint_sizes.measure(checkpoint_dir)
             log.info("%s: checkpoint sizes %s", _label(config), sizes)
-        return dataclasses.replace(measure.figures(outcome), **sizes)
+        found = measure.figures(outcome)
+        return dataclasses.replace(found, **sizes) if sizes else found
     finally:
         shutil.rmtree(checkpoint_dir, ignore_errors=True)
 

@@ -30,7 +30,8 @@ TOOLKIT_FLAGS = {
     TOOLKIT_DYNAMIC: (),
 }
 CTR = "ctr"
-# The systems whose ctr records hold checkpoint sizes (benchmarks.checkpoint_sizes).
+# The systems whose ctr records hold checkpoint sizes (benchmarks.checkpoint_sizes): the whole one, and with
+# dynamic tables a delta.
 CTR_CHECKPOINT_SYSTEMS = (TOOLKIT, TOOLKIT_DYNAMIC)
 CTR_LEARNING_RATE = 0.05  # benchmarks.ctr_model.LEARNING_RATE, without importing TensorFlow
 _RAW_SCRIPTS = {EMBEDDING.name: PACKAGE + ".raw_tf1_embedding", CTR: PACKAGE + ".raw_tf1_ctr"}
@@ -141,12 +142,7 @@ def tasks(config: Config, ports: list[int], checkpoint_dir: str, data_dir: str) 
         # The benchmark's batch size and learning rate, as the raw script uses; the rest: run_task.py's defaults.
         batch_size, learning_rate = batch_and_rate(config.model)
         common += [f"--batch_size={batch_size}", f"--learning_rate={learning_rate}"]
-        toolkit_flags = list(TOOLKIT_FLAGS[config.system])
-        if config.model == CTR and config.system in CTR_CHECKPOINT_SYSTEMS:
-            # Saves by steps instead of the timing runs' one save at the start and the end.
-            toolkit_flags = [flag for flag in toolkit_flags if not flag.startswith("--save_checkpoint_secs=")]
-            toolkit_flags += checkpoint_sizes.save_flags(config.train_steps, dynamic=config.system == TOOLKIT_DYNAMIC)
-        common += toolkit_flags
+        common += list(TOOLKIT_FLAGS[config.system])
     common += list(config.extra_flags)
     # The toolkit's tasks are forked from one fork server, as its launcher starts them;
     # the raw and TF2 scripts start as their users run them, one process each.
@@ -183,8 +179,11 @@ def _toolkit_model_flags(config: Config, data_dir: str) -> list[str]:
         # The raw script's checkpoint policy (MonitoredTrainingSession's: every 600 s and at the
         # end) instead of every 100 steps: each save writes the whole 832 MB of tables. And its
         # evaluation policy: its chief alone evaluates the final model.
-        params = config.ctr.params(dynamic=config.system == TOOLKIT_DYNAMIC)
-        result += [f"--params={params}", "--save_checkpoint_secs=600", "--final_evaluation=chief"]
+        # With dynamic tables (their rows only, no 832 MB): whole checkpoints by steps and deltas between them,
+        # whose sizes the record holds (benchmarks.checkpoint_sizes).
+        dynamic = config.system == TOOLKIT_DYNAMIC
+        saves = checkpoint_sizes.save_flags(config.train_steps) if dynamic else ["--save_checkpoint_secs=600"]
+        result += [f"--params={config.ctr.params(dynamic=dynamic)}", *saves, "--final_evaluation=chief"]
     return result
 
 
