@@ -7,6 +7,7 @@ Graphs run in a plain tf.compat.v1.Session; several shards share the CPU.
 
 import logging
 import os
+import types
 
 import numpy as np
 import pytest
@@ -18,7 +19,9 @@ from ps_toolkit.base.errors import ConfigError
 from ps_toolkit.dynamic_embedding import delta_files
 from ps_toolkit.dynamic_embedding.delta_checkpoints import DeltaCheckpointHook, DeltaMergingSaver
 from ps_toolkit.task import checkpoints
+from ps_toolkit.task.roles import evaluator
 from ps_toolkit.training import export
+from ps_toolkit.training.config import TrainConfig
 from ps_toolkit.training.model_api import ModelDefinition
 
 CPU = "/cpu:0"
@@ -144,12 +147,35 @@ def test_a_delta_holds_only_the_changed_rows_and_the_kept_ids(saved):
 
 
 def _model_fn(features, labels, mode, params):
-    rows = de.lookup(de.get_table("t", 2, evict_after_steps=2), features)
-    return ps_toolkit.ModelSpec(mode, predictions=tf.reduce_sum(rows, -1))
+    predictions = tf.reduce_sum(de.lookup(de.get_table("t", 2, evict_after_steps=2), features), -1)
+    if mode == ps_toolkit.ModeKeys.PREDICT:
+        return ps_toolkit.ModelSpec(mode, predictions=predictions)
+    return ps_toolkit.ModelSpec(mode, loss=tf.reduce_mean(tf.square(predictions - labels)))
 
 
 def _input_fn(input_context):
     return tf.data.Dataset.from_tensors((tf.constant([1], tf.int64), tf.constant([0.0])))
+
+
+def _eval_input_fn():
+    ids = tf.constant([1, 2, 3, 6, 7, 8, 9, 400, 5000, 12345], tf.int64)
+    return tf.data.Dataset.from_tensors((ids, tf.ones([10])))
+
+
+def _evaluation(checkpoint_dir: str) -> dict:
+    """The evaluator's result on ``checkpoint_dir``'s checkpoints, up to global step 5."""
+    definition = ModelDefinition(_model_fn, _input_fn, eval_input_fn=_eval_input_fn)
+    config = TrainConfig(train_steps=5, checkpoint_dir=checkpoint_dir)
+    role = types.SimpleNamespace(task_type="evaluator", task_index=0)
+    return evaluator.evaluate_checkpoints(role, config, definition, idle_timeout_secs=5)
+
+
+def test_the_evaluator_evaluates_a_whole_checkpoint_merged_with_its_delta(saved):
+    base, reference, _ = saved(tf.int64)
+    merged, whole = _evaluation(os.path.dirname(base)), _evaluation(os.path.dirname(reference))
+    # The whole checkpoint alone is at step 2: the evaluator would wait for step 5 and give up.
+    assert merged["global_step"] == whole["global_step"] == 5, merged
+    assert merged["eval"] == whole["eval"], (merged, whole)
 
 
 def _predictions(checkpoint_dir: str, export_dir: str, ids) -> list:
