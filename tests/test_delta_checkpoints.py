@@ -29,7 +29,7 @@ COMPONENTS = ("rows", "meta", "slot_accumulator")
 
 
 class _Model:
-    """A table trained with Adagrad, evicting ids not seen for 2 steps, and the chief's savers of its graph."""
+    """A table trained with Adagrad, evicting ids not seen for 3 steps, and the chief's savers of its graph."""
 
     def __init__(self, shards: int, key_dtype=tf.int64, admit_after: int = 1):
         self.graph = tf.Graph()
@@ -38,7 +38,7 @@ class _Model:
             self.step = tf.compat.v1.train.get_or_create_global_step()
             with tf.compat.v1.variable_scope("model"):  # as the toolkit's model_fn calls make it: model/t
                 self.table = de.get_table(
-                    "t", 2, key_dtype=key_dtype, devices=[CPU] * shards, evict_after_steps=2, admit_after=admit_after
+                    "t", 2, key_dtype=key_dtype, devices=[CPU] * shards, evict_after_steps=3, admit_after=admit_after
                 )
             self.ids = tf.compat.v1.placeholder(key_dtype, [None])
             loss = tf.reduce_sum(tf.square(de.lookup(self.table, self.ids) - 1.0))
@@ -90,8 +90,8 @@ def _train_save_and_delta(tmp_path, key_dtype=tf.int64, admit_after=1):
     listener.after_save(model.session, 2)
     model.train(ids(2, 7, 8))  # step 2: 2 changed, 7 and 8 new
     model.train(ids(9, 7))  # step 3
-    model.session.run(model.evict_op)  # at step 4: every id last seen before step 2 goes (1, 3, 6, 400, 5000)
-    model.train(ids(1, 9))  # step 4: 1 comes back as a new id
+    model.session.run(model.evict_op)  # at step 4: every id last seen before step 1 goes (3, 400, 5000)
+    model.train(ids(3, 9))  # step 4: 3 comes back as a new id; 1 and 6 (step 1) are kept from the base
     record = hook.write(model.session)
     assert record is not None and record["global_step"] == 5, record
     reference = model.save(str(tmp_path / "reference" / "model.ckpt"), 5)
@@ -116,7 +116,7 @@ def test_a_whole_checkpoint_and_its_delta_restore_the_rows_of_a_whole_checkpoint
     saved, key_dtype, restore_shards
 ):
     base, reference, at_delta = saved(key_dtype)
-    assert set(at_delta["rows"]) == set(_ids([1, 2, 7, 8, 9], key_dtype)), at_delta["rows"]
+    assert set(at_delta["rows"]) == set(_ids([1, 2, 3, 6, 7, 8, 9], key_dtype)), at_delta["rows"]
     model = _Model(restore_shards, key_dtype)
     model.restore(reference)
     whole = model.content()
@@ -141,13 +141,13 @@ def test_a_delta_holds_only_the_changed_rows_and_the_kept_ids(saved):
         int(i) for n, ids in saved_tensors.items() if n.startswith("model/t/rows/") and n.endswith("keys") for i in ids
     }
     kept = {int(i) for n, ids in saved_tensors.items() if n.startswith("model/t/kept/") for i in ids}
-    assert rows == {1, 2, 7, 8, 9}  # all seen since the base's step 2 (1 again after its eviction)
-    assert kept == set()  # every id the shard knows was seen since the base
+    assert rows == {2, 3, 7, 8, 9}  # all seen since the base's step 2 (3 again after its eviction)
+    assert kept == {1, 6}  # last seen at step 1, before the base: their entries are the base's
     assert int(reader.get_tensor("global_step")) == 5
 
 
 def _model_fn(features, labels, mode, params):
-    predictions = tf.reduce_sum(de.lookup(de.get_table("t", 2, evict_after_steps=2), features), -1)
+    predictions = tf.reduce_sum(de.lookup(de.get_table("t", 2, evict_after_steps=3), features), -1)
     if mode == ps_toolkit.ModeKeys.PREDICT:
         return ps_toolkit.ModelSpec(mode, predictions=predictions)
     return ps_toolkit.ModelSpec(mode, loss=tf.reduce_mean(tf.square(predictions - labels)))
