@@ -261,6 +261,29 @@ def test_a_damaged_delta_is_one_warning_and_the_whole_checkpoint_restores_alone(
     assert content["global_step"] == 1 and set(content["rows"]) == {1, 2}, content
 
 
+def test_the_hook_writes_a_delta_every_n_steps_keeps_the_newest_only_and_none_at_the_last_step(tmp_path):
+    model = _Model(shards=2)
+    checkpoint_dir = str(tmp_path / "ckpt")
+    hook = DeltaCheckpointHook(model.saver, checkpoint_dir, every_steps=2, last_step=6)
+    with model.graph.as_default():
+        hook.begin()
+        listener = hook.base_listener()
+    model.save(os.path.join(checkpoint_dir, "model.ckpt"), 0)
+    listener.after_save(model.session, 0)
+
+    def run(stop_requested=False):
+        model.train([int(model.session.run(model.step)) + 1])
+        context = types.SimpleNamespace(session=model.session, stop_requested=stop_requested)
+        hook.after_run(context, types.SimpleNamespace(results=model.session.run(model.step)))
+        return hook.count
+
+    assert [run(), run(), run(), run(stop_requested=True), run(), run()] == [0, 1, 1, 1, 2, 2]
+    # Steps 1-6: deltas at 2 and 5 (3 steps after the last one: a stop was asked at step 4), none at 6.
+    assert delta_files.read_state(checkpoint_dir).delta == "model.ckpt-0.delta-5"
+    deltas = {name.split(".delta-")[1].split(".")[0] for name in os.listdir(checkpoint_dir) if ".delta-" in name}
+    assert deltas == {"5"}, deltas
+
+
 def test_a_model_without_tables_is_refused_deltas_in_one_line():
     with tf.Graph().as_default():
         tf.compat.v1.train.get_or_create_global_step()
