@@ -71,18 +71,25 @@ class _Model:
         return found
 
 
+def _with_hook(tmp_path, model: _Model, **hook_args):
+    """(model, its checkpoint folder, the chief's DeltaCheckpointHook of it, the hook's base listener)."""
+    checkpoint_dir = str(tmp_path / "ckpt")
+    hook = DeltaCheckpointHook(model.saver, checkpoint_dir, **hook_args)
+    with model.graph.as_default():
+        hook.begin()
+        listener = hook.base_listener()
+    return model, checkpoint_dir, hook, listener
+
+
 def _ids(values, key_dtype):
     return [str(v).encode() for v in values] if key_dtype == tf.string else values
 
 
 def _train_save_and_delta(tmp_path, key_dtype=tf.int64, admit_after=1):
     """(base prefix, reference whole checkpoint of the delta's step, content at the delta) of one run."""
-    model = _Model(shards=2, key_dtype=key_dtype, admit_after=admit_after)
-    checkpoint_dir = str(tmp_path / "ckpt")
-    hook = DeltaCheckpointHook(model.saver, checkpoint_dir, every_steps=1)
-    with model.graph.as_default():
-        hook.begin()
-        listener = hook.base_listener()
+    model, checkpoint_dir, hook, listener = _with_hook(
+        tmp_path, _Model(shards=2, key_dtype=key_dtype, admit_after=admit_after), every_steps=1
+    )
     ids = lambda *values: _ids(values, key_dtype)  # noqa: E731
     model.train(ids(1, 2, 3, 400, 5000))  # step 0
     model.train(ids(1, 2, 6))  # step 1
@@ -206,12 +213,7 @@ def test_plain_readers_and_the_chiefs_checks_see_the_whole_checkpoint(saved):
 
 
 def test_a_delta_whose_base_is_gone_is_one_warning_and_the_whole_checkpoint_restores_alone(tmp_path, caplog):
-    model = _Model(shards=2)
-    checkpoint_dir = str(tmp_path / "ckpt")
-    hook = DeltaCheckpointHook(model.saver, checkpoint_dir, every_steps=1)
-    with model.graph.as_default():
-        hook.begin()
-        listener = hook.base_listener()
+    model, checkpoint_dir, hook, listener = _with_hook(tmp_path, _Model(shards=2), every_steps=1)
     model.train([1, 2])
     older = model.save(os.path.join(checkpoint_dir, "model.ckpt"), 1)
     model.train([3])
@@ -236,12 +238,7 @@ def test_a_delta_whose_base_is_gone_is_one_warning_and_the_whole_checkpoint_rest
 
 
 def test_a_damaged_delta_is_one_warning_and_the_whole_checkpoint_restores_alone(tmp_path, caplog):
-    model = _Model(shards=2)
-    checkpoint_dir = str(tmp_path / "ckpt")
-    hook = DeltaCheckpointHook(model.saver, checkpoint_dir, every_steps=1)
-    with model.graph.as_default():
-        hook.begin()
-        listener = hook.base_listener()
+    model, checkpoint_dir, hook, listener = _with_hook(tmp_path, _Model(shards=2), every_steps=1)
     model.train([1, 2])
     base = model.save(os.path.join(checkpoint_dir, "model.ckpt"), 1)
     listener.after_save(model.session, 1)
@@ -262,12 +259,7 @@ def test_a_damaged_delta_is_one_warning_and_the_whole_checkpoint_restores_alone(
 
 
 def test_the_hook_writes_a_delta_every_n_steps_keeps_the_newest_only_and_none_at_the_last_step(tmp_path):
-    model = _Model(shards=2)
-    checkpoint_dir = str(tmp_path / "ckpt")
-    hook = DeltaCheckpointHook(model.saver, checkpoint_dir, every_steps=2, last_step=6)
-    with model.graph.as_default():
-        hook.begin()
-        listener = hook.base_listener()
+    model, checkpoint_dir, hook, listener = _with_hook(tmp_path, _Model(shards=2), every_steps=2, last_step=6)
     model.save(os.path.join(checkpoint_dir, "model.ckpt"), 0)
     listener.after_save(model.session, 0)
 

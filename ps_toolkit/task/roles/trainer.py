@@ -22,7 +22,7 @@ from ps_toolkit.base.errors import ConfigError
 from ps_toolkit.cluster.config import ClusterConfig
 from ps_toolkit.network import step_guard
 from ps_toolkit.task import checkpoints, table_checkpoints
-from ps_toolkit.task.save_schedule import SavePacer, StepAfterRunSaverHook
+from ps_toolkit.task.save_schedule import SavePacer, StepAfterRunSaverHook, delta_hook
 from ps_toolkit.task.sessions import FastWorkerSessionCreator, LiveStateChiefSessionCreator
 from ps_toolkit.task.watchdog import ProgressWatchdog
 from ps_toolkit.training import folder_input, multi_step, replica_graph, stop_request
@@ -76,27 +76,10 @@ def _save_pacer(cluster: ClusterConfig, config: TrainConfig, graph: TrainGraph) 
     return SavePacer(config.save_checkpoint_steps)
 
 
-def _delta_hook(cluster: ClusterConfig, config: TrainConfig, graph: TrainGraph):
-    """The chief's delta checkpoints of the dynamic tables (--delta_checkpoint_secs/steps), or None."""
-    if not config.deltas:
-        return None
-    # An async worker's step may read the global step before a whole save and write its rows after:
-    # the rows of the last runs of every replica before the whole checkpoint go into each delta too.
-    margin = 0 if config.sync_replicas else config.steps_per_run * cluster.num_replicas
-    return dynamic_embedding.DeltaCheckpointHook(
-        graph.scaffold.saver,
-        config.checkpoint_dir,
-        every_secs=config.delta_checkpoint_secs,
-        every_steps=config.delta_checkpoint_steps,
-        last_step=config.last_step if config.train_steps else 0,
-        margin_steps=margin,
-    )
-
-
 def _chief_saving_hooks(config: TrainConfig, graph: TrainGraph, listeners=(), cluster: ClusterConfig = None) -> list:
     if not config.checkpoint_dir:
         return []
-    deltas = _delta_hook(cluster, config, graph) if cluster is not None else None
+    deltas = delta_hook(cluster, config, graph.scaffold.saver) if cluster is not None else None
     listeners = [*listeners, *([deltas.base_listener()] if deltas else [])]
     steps = None if config.save_checkpoint_secs else config.save_checkpoint_steps
     saver_class = tf.compat.v1.train.CheckpointSaverHook
