@@ -9,7 +9,7 @@ import shutil
 import tempfile
 import time
 
-from benchmarks import ctr_bytes, measure, systems
+from benchmarks import checkpoint_sizes, ctr_bytes, measure, systems
 from benchmarks.cluster_run import ClusterRunError, run_cluster
 from benchmarks.synthetic import MODELS, write_idx_dir
 from ps_toolkit.launch.ports import reserve_ports
@@ -80,7 +80,12 @@ def run_once(config: systems.Config, limits: Limits, data_dir: str) -> measure.R
             options.update(systems.run_options(config, limits.measure_s))
             task_list = systems.tasks(config, list(reservation.ports), checkpoint_dir, data_dir)
             outcome = run_cluster(task_list, **options)
-        return measure.figures(outcome)
+        sizes = {}
+        if config.model == systems.CTR and config.system in systems.CTR_CHECKPOINT_SYSTEMS:
+            sizes = checkpoint_sizes.measure(checkpoint_dir)
+            log.info("%s: checkpoint sizes %s", _label(config), sizes)
+        found = measure.figures(outcome)
+        return dataclasses.replace(found, **sizes) if sizes else found
     finally:
         shutil.rmtree(checkpoint_dir, ignore_errors=True)
 
@@ -123,6 +128,14 @@ def ctr_record(config: systems.Config, summary: dict, failures: list) -> dict:
     cpu = summary["cpu_ms_per_step"]
     needed = ctr_bytes.needed_bytes_per_step(variant.ids, variant.vocab, variant.dim, batch_size)
     moved = summary.pop("measured_bytes_per_step")
+    whole, delta = summary.pop("checkpoint_bytes"), summary.pop("delta_bytes")
+    sizes = {
+        "checkpoint_bytes": whole,
+        # A delta checkpoint checkpoint_sizes.DELTA_AFTER_STEPS global steps after the whole one (dynamic tables).
+        "delta_bytes_100": delta,
+        "delta_steps": summary.pop("delta_steps"),
+        "delta_over_checkpoint": round(delta / whole, 3) if delta and whole else None,
+    }
     return {
         "system": config.system,
         "model": config.model,
@@ -137,6 +150,7 @@ def ctr_record(config: systems.Config, summary: dict, failures: list) -> dict:
         "bytes_per_step": moved,
         **needed,
         "bytes_over_needed": None if moved is None else round(moved / needed["needed_bytes_per_step"], 3),
+        **sizes,
         "variant": " ".join(config.extra_flags),
         "train_steps": config.train_steps,
         "failures": failures,

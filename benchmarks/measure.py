@@ -29,6 +29,10 @@ class RunFigures:
     auc: float | None = None  # the evaluation's ROC AUC, where a task printed one
     load_average: float | None = None  # the machine's one-minute load average as the run ended
     done_spread_s: float | None = None  # the first replica's last step until the last replica's (``done`` times)
+    # ps_toolkit's ctr runs (benchmarks.checkpoint_sizes): a whole checkpoint, a delta of it, the steps between.
+    checkpoint_bytes: int | None = None
+    delta_bytes: int | None = None
+    delta_steps: int | None = None
 
 
 def figures(outcome: ClusterOutcome) -> RunFigures:
@@ -138,6 +142,9 @@ def summarize(runs: list[RunFigures]) -> dict:
         "auc": _median_or_none([r.auc for r in runs], 4),
         "load_average": _min_max([r.load_average for r in runs]),
         "done_spread_s": _min_max([None if r.done_spread_s is None else round(r.done_spread_s, 2) for r in runs]),
+        "checkpoint_bytes": _median_or_none([r.checkpoint_bytes for r in runs], 0),
+        "delta_bytes": _median_or_none([r.delta_bytes for r in runs], 0),
+        "delta_steps": _median_or_none([r.delta_steps for r in runs], 0),
         "repetitions": len(runs),
     }
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import json
 
+from benchmarks import checkpoint_sizes
 from benchmarks.cluster_run import Task
 from benchmarks.synthetic import EMBEDDING, MODELS
 from benchmarks.tfra_systems import TFRA_SYSTEMS, TFRA_TF2_15, TOOLKIT_TFRA
@@ -29,6 +30,9 @@ TOOLKIT_FLAGS = {
     TOOLKIT_DYNAMIC: (),
 }
 CTR = "ctr"
+# The systems whose ctr records hold checkpoint sizes (benchmarks.checkpoint_sizes): the whole one, and with
+# dynamic tables a delta.
+CTR_CHECKPOINT_SYSTEMS = (TOOLKIT, TOOLKIT_DYNAMIC)
 CTR_LEARNING_RATE = 0.05  # benchmarks.ctr_model.LEARNING_RATE, without importing TensorFlow
 _RAW_SCRIPTS = {EMBEDDING.name: PACKAGE + ".raw_tf1_embedding", CTR: PACKAGE + ".raw_tf1_ctr"}
 # The raw script runs until the harness stops it (see run_options).
@@ -175,8 +179,11 @@ def _toolkit_model_flags(config: Config, data_dir: str) -> list[str]:
         # The raw script's checkpoint policy (MonitoredTrainingSession's: every 600 s and at the
         # end) instead of every 100 steps: each save writes the whole 832 MB of tables. And its
         # evaluation policy: its chief alone evaluates the final model.
-        params = config.ctr.params(dynamic=config.system == TOOLKIT_DYNAMIC)
-        result += [f"--params={params}", "--save_checkpoint_secs=600", "--final_evaluation=chief"]
+        # With dynamic tables (their rows only, no 832 MB): whole checkpoints by steps and deltas between them,
+        # whose sizes the record holds (benchmarks.checkpoint_sizes).
+        dynamic = config.system == TOOLKIT_DYNAMIC
+        saves = checkpoint_sizes.save_flags(config.train_steps) if dynamic else ["--save_checkpoint_secs=600"]
+        result += [f"--params={config.ctr.params(dynamic=dynamic)}", *saves, "--final_evaluation=chief"]
     return result
 
 

@@ -83,6 +83,13 @@ def define_training_flags() -> None:
     )
     flags.DEFINE_integer("save_checkpoint_steps", 100, "Chief saves a checkpoint every N global steps.")
     flags.DEFINE_float("save_checkpoint_secs", None, "Save every N seconds instead of every N steps.")
+    flags.DEFINE_float(
+        "delta_checkpoint_secs",
+        None,
+        "Also write a delta checkpoint of the dynamic tables every N seconds: the rows changed since the last "
+        "whole checkpoint (docs/online.md). Whole checkpoints keep their own interval.",
+    )
+    flags.DEFINE_integer("delta_checkpoint_steps", None, "Write a delta checkpoint every N global steps.")
     flags.DEFINE_integer("save_summaries_steps", 100, "Chief writes summaries every N steps.")
     flags.DEFINE_string(
         "placement",
@@ -218,6 +225,8 @@ def train_config_from_flags() -> TrainConfig:
         checkpoint_dir=FLAGS.checkpoint_dir,
         save_checkpoint_steps=FLAGS.save_checkpoint_steps,
         save_checkpoint_secs=FLAGS.save_checkpoint_secs,
+        delta_checkpoint_secs=FLAGS.delta_checkpoint_secs,
+        delta_checkpoint_steps=FLAGS.delta_checkpoint_steps,
         save_summaries_steps=FLAGS.save_summaries_steps,
         placement=FLAGS.placement,
         partition_variables=FLAGS.partition_variables,

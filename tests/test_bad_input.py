@@ -116,6 +116,16 @@ CASES = {
         {},
         "--save_checkpoint_secs=-1",
     ),
+    "delta secs nan": (
+        OK_HOSTS + ["--job_name=worker", "--delta_checkpoint_secs=nan"],
+        {},
+        "--delta_checkpoint_secs=nan",
+    ),
+    "delta steps zero": (
+        OK_HOSTS + ["--job_name=worker", "--delta_checkpoint_steps=0"],
+        {},
+        "--delta_checkpoint_steps=0 must be positive",
+    ),
     "watchdog nan": (OK_HOSTS + ["--job_name=worker", "--watchdog_secs=nan"], {}, "--watchdog_secs=nan"),
     "watchdog negative": (OK_HOSTS + ["--job_name=worker", "--watchdog_secs=-5"], {}, "--watchdog_secs=-5"),
     "readiness poll inf": (
@@ -389,3 +399,10 @@ def free_ports(count: int) -> list[int]:
     finally:
         for sock in sockets:
             sock.close()
+
+
+def test_delta_checkpoints_of_a_model_without_dynamic_tables_are_refused(tmp_path):
+    args = [f"--worker_hosts=localhost:{_PORTS[1]}", "--job_name=worker", "--model=softmax", "--train_steps=5"]
+    args += ["--delta_checkpoint_steps=10", f"--checkpoint_dir={tmp_path}/c"]
+    outcome = run_tasks({"chief": python_command(RUN_TASK, *args)}, timeout=120)["chief"]
+    assert_clean_failure(outcome, "--delta_checkpoint_secs/--delta_checkpoint_steps need a model with dynamic tables")

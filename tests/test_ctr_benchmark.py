@@ -3,13 +3,14 @@
 Fast and untimed: a tiny table and a handful of batches, in this process.
 """
 
+import dataclasses
 import json
 
 import numpy as np
 import pytest
 import tensorflow as tf
 
-from benchmarks import ctr_bytes, ctr_data, ctr_model, driver, measure, plan, protocol, systems
+from benchmarks import checkpoint_sizes, ctr_bytes, ctr_data, ctr_model, driver, measure, plan, protocol, systems
 from benchmarks.cluster_run import ClusterOutcome, Task, TaskResult
 from ps_toolkit.training import sparse_lookup
 
@@ -186,3 +187,42 @@ def test_dynamic_rows_read_one_row_per_field_and_the_same_row_for_the_same_id(ta
     np.testing.assert_array_equal(values[0], values[1])
     # Field f's id 3 is another id of a shared table (offset by field): another initial row.
     assert not np.allclose(values[0, 0], values[0, 1])
+
+
+def _write_checkpoint(folder, prefix: str, data_bytes: int) -> None:
+    (folder / f"{prefix}.index").write_bytes(b"i" * 100)
+    (folder / f"{prefix}.data-00000-of-00001").write_bytes(b"d" * data_bytes)
+
+
+def test_ctr_records_carry_the_whole_checkpoint_and_its_deltas_sizes(tmp_path):
+    _write_checkpoint(tmp_path, "model.ckpt-200", 10_000)
+    _write_checkpoint(tmp_path, "model.ckpt-200.delta-301", 2_000)
+    _write_checkpoint(tmp_path, "model.ckpt-600", 30_000)
+    state = {"base": "model.ckpt-200", "base_step": 160, "delta": "model.ckpt-200.delta-301", "global_step": 301}
+    (tmp_path / checkpoint_sizes.DELTA_STATE_FILE).write_text(json.dumps(state))
+    sizes = checkpoint_sizes.measure(str(tmp_path))
+    assert sizes == {"checkpoint_bytes": 10_100, "delta_bytes": 2_100, "delta_steps": 101}
+    figures = dataclasses.replace(measure.figures(_ctr_outcome()), **sizes)
+    config = next(c for c in plan.ctr_configs(vocab=1000, dim=4) if c.system == systems.TOOLKIT_DYNAMIC)
+    record = driver.record(config, [figures], [])
+    assert (record["checkpoint_bytes"], record["delta_bytes_100"], record["delta_steps"]) == (10_100, 2_100, 101)
+    assert record["delta_over_checkpoint"] == pytest.approx(0.208)
+    # Without a delta (fixed tables): the newest whole checkpoint the state file names.
+    (tmp_path / checkpoint_sizes.DELTA_STATE_FILE).unlink()
+    (tmp_path / "checkpoint").write_text(f'model_checkpoint_path: "{tmp_path}/model.ckpt-600"\n')
+    assert checkpoint_sizes.measure(str(tmp_path)) == {
+        "checkpoint_bytes": 30_100,
+        "delta_bytes": None,
+        "delta_steps": None,
+    }
+
+
+def test_the_toolkits_ctr_runs_with_dynamic_tables_save_by_steps_with_deltas():
+    for config in plan.ctr_configs(vocab=1000, dim=4):
+        if config.system not in systems.CTR_CHECKPOINT_SYSTEMS:
+            continue
+        flags = systems.tasks(config, list(range(config.num_ports)), "/tmp/c", "/tmp/d")[0].argv
+        dynamic = config.system == systems.TOOLKIT_DYNAMIC
+        assert (f"--save_checkpoint_steps={config.train_steps // 3}" in flags) == dynamic, flags
+        assert ("--delta_checkpoint_steps=100" in flags) == dynamic, flags
+        assert ("--save_checkpoint_secs=600" in flags) == (not dynamic), flags

@@ -77,7 +77,8 @@ def _trained_batches(log_path: str) -> list[int]:
     return [int(line[len(BATCH_LINE) :]) for line in lines if line.startswith(BATCH_LINE)]
 
 
-def _cluster(tmp_path, checkpoint_dir: str) -> LocalCluster:
+def _cluster(tmp_path, checkpoint_dir: str, *extra_args: str) -> LocalCluster:
+    """The drills' cluster; ``extra_args`` come last (a flag given twice takes the later value)."""
     args = [
         "--model_fn=clicks_batch_log:model_fn",
         "--input_fn=clicks_batch_log:input_fn",
@@ -89,6 +90,7 @@ def _cluster(tmp_path, checkpoint_dir: str) -> LocalCluster:
         "--save_checkpoint_steps=40",
         "--watchdog_secs=60",
         "--ps_orphan_timeout_secs=30",
+        *extra_args,
     ]
     env = {"PYTHONPATH": os.pathsep.join([EXAMPLE, FIXTURES])}
     return LocalCluster(num_ps=2, num_workers=2, train_args=args, log_dir=str(tmp_path / "logs"), env=env)

@@ -3,7 +3,8 @@
 Usage: docs/dynamic_embedding.md. Design: docs/design.md, "Dynamic embedding tables".
 """
 
-from ps_toolkit.dynamic_embedding import layout, table_ops
+from ps_toolkit.dynamic_embedding import delta_files, layout, table_ops
+from ps_toolkit.dynamic_embedding.delta_checkpoints import DeltaCheckpointHook, DeltaMergingSaver
 from ps_toolkit.dynamic_embedding.initial_rows import InitialRows
 from ps_toolkit.dynamic_embedding.keys import KEY_DTYPES, NUM_SAVE_BUCKETS
 from ps_toolkit.dynamic_embedding.lookup_batches import batched_lookups
@@ -32,6 +33,8 @@ __all__ = [
     "COMBINERS",
     "KEY_DTYPES",
     "NUM_SAVE_BUCKETS",
+    "DeltaCheckpointHook",
+    "DeltaMergingSaver",
     "DynamicTable",
     "InitialRows",
     "TableMaintenanceHook",
@@ -42,6 +45,7 @@ __all__ = [
     "clear_graph_collections",
     "get_table",
     "is_table_rows",
+    "delta_files",
     "layout",
     "lookup",
     "lookup_sparse",

@@ -43,6 +43,22 @@ def checkpoint_name(table_name: str, component: str, bucket: int, part: str) -> 
     return f"{table_name}/{component}/bucket_{bucket:02d}/{part}"
 
 
+def bucket_parts(shard, stored, table_index, num_tables: int, *tensors) -> list[list[tf.Tensor]]:
+    """Each of ``tensors`` (a row per stored key of ``shard``) split into its parts per (table, owned save bucket).
+
+    Part ``t * len(owned) + b`` holds the rows of table ``t`` in the shard's ``b``-th bucket; rows whose
+    ``table_index`` is ``num_tables`` or more (no entry, or not selected) are in no part.
+    """
+    group = shard.group
+    owned = keys.buckets_of_shard(shard.index, group.num_shards)
+    hashes = keys.hashes_of(group.key.key_dtype, stored)
+    # Every entry of this shard is in one of its buckets, whose position among them is bucket // num_shards.
+    position = tf.math.floordiv(keys.save_bucket(hashes), group.num_shards)
+    num_parts = num_tables * len(owned)
+    part = tf.where(table_index < num_tables, table_index * len(owned) + position, num_parts)
+    return [tf.dynamic_partition(tensor, part, num_parts + 1)[:num_parts] for tensor in tensors]
+
+
 class GroupShardSaveable(_SaveableObject):
     """One hash table of one group shard, saved as each table's save buckets the shard owns.
 
@@ -75,24 +91,19 @@ class GroupShardSaveable(_SaveableObject):
         self._specs = value
 
     def _build_specs(self) -> list:
-        shard, group = self._shard, self._shard.group
-        self._tables = list(group.tables)
-        owned = keys.buckets_of_shard(shard.index, group.num_shards)
-        key_dtype = group.key.key_dtype
+        shard = self._shard
+        self._tables = list(shard.group.tables)
+        owned = keys.buckets_of_shard(shard.index, shard.group.num_shards)
         with (
             on_device(shard.device),
             tf.name_scope(f"save_{shard.prefix}_{self._component}".replace("/", "_")),
             tf.control_dependencies(None),
         ):
             found = shard_records.entries(shard, self._hash_table)
-            hashes = keys.hashes_of(key_dtype, found.stored)
-            # Every entry of this shard is in one of its buckets, whose position among them is bucket // num_shards.
-            position = tf.math.floordiv(keys.save_bucket(hashes), group.num_shards)
-            part = found.table_index * len(owned) + position
-            num_parts = len(self._tables) * len(owned)
-            part = tf.where(found.table_index < len(self._tables), part, num_parts)  # the rest: a part dropped
-            id_parts = tf.dynamic_partition(keys.ids_of(key_dtype, found.stored), part, num_parts + 1)
-            value_parts = tf.dynamic_partition(found.values, part, num_parts + 1)
+            ids = keys.ids_of(shard.group.key.key_dtype, found.stored)
+            id_parts, value_parts = bucket_parts(
+                shard, found.stored, found.table_index, len(self._tables), ids, found.values
+            )
         specs = []
         for t, table in enumerate(self._tables):
             for b, bucket in enumerate(owned):

@@ -24,6 +24,7 @@ from ps_toolkit import dynamic_embedding
 from ps_toolkit.base import paths, tf_internals
 from ps_toolkit.base.errors import ConfigError
 from ps_toolkit.cluster.config import PS, ClusterConfig
+from ps_toolkit.dynamic_embedding import delta_files
 from ps_toolkit.task import table_checkpoints
 
 log = logging.getLogger(__name__)
@@ -32,13 +33,14 @@ _SHARED_CHECK_FILE = ".ps_toolkit_shared_dir_check"
 
 
 def _candidate_prefixes(checkpoint_dir: str) -> list[str]:
-    """Checkpoint prefixes found on disk (by .index or data files), newest step first."""
+    """Whole checkpoint prefixes found on disk (by .index or data files), newest step first; deltas are not."""
     prefixes = set()
     for path in glob.glob(os.path.join(checkpoint_dir, "*.index")):
         prefixes.add(path[: -len(".index")])
     for path in glob.glob(os.path.join(checkpoint_dir, "*.data-?????-of-?????")):
         prefixes.add(path.rsplit(".data-", 1)[0])
-    with_steps = [(int(m.group(1)), p) for p in prefixes if (m := _STEP.search(p))]
+    wholes = [p for p in prefixes if not delta_files.is_delta(p)]
+    with_steps = [(int(m.group(1)), p) for p in wholes if (m := _STEP.search(p))]
     return [p for _, p in sorted(with_steps, reverse=True)]
 
 

@@ -1,4 +1,5 @@
-"""The chief's periodic saves by steps every N global steps, whatever the chief's own pace and loop length.
+"""The chief's periodic saves: by steps every N global steps, whatever the chief's own pace and loop length;
+and its delta checkpoints (``delta_hook``).
 
 TensorFlow's CheckpointSaverHook judges by the global step read as a run
 starts plus the run's own steps: with the in-graph loop, a chief slower than
@@ -15,6 +16,7 @@ import math
 
 import tensorflow as tf
 
+from ps_toolkit import dynamic_embedding
 from ps_toolkit.base.tf_internals import set_saver_steps_per_run
 
 
@@ -66,3 +68,26 @@ class SavePacer(tf.compat.v1.train.CheckpointSaverListener):
             return 1
         to_next_save = self._last_saved + self._every_steps - global_step
         return max(1, min(wanted, math.ceil(to_next_save / self._global_per_own)))
+
+
+def delta_hook(cluster, config, saver):
+    """The chief's delta checkpoints of the dynamic tables (--delta_checkpoint_secs/steps), or None.
+
+    Args:
+        cluster: The ClusterConfig.
+        config: The TrainConfig.
+        saver: The chief's scaffold saver (a ``dynamic_embedding.DeltaMergingSaver``).
+    """
+    if not config.deltas:
+        return None
+    # An async worker's step may read the global step before a whole save and write its rows after:
+    # the rows of the last runs of every replica before the whole checkpoint go into each delta too.
+    margin = 0 if config.sync_replicas else config.steps_per_run * cluster.num_replicas
+    return dynamic_embedding.DeltaCheckpointHook(
+        saver,
+        config.checkpoint_dir,
+        every_secs=config.delta_checkpoint_secs,
+        every_steps=config.delta_checkpoint_steps,
+        last_step=config.last_step if config.train_steps else 0,
+        margin_steps=margin,
+    )

@@ -48,6 +48,9 @@ class TrainConfig:
     checkpoint_dir: str | None = None
     save_checkpoint_steps: int | None = 100
     save_checkpoint_secs: float | None = None
+    # Delta checkpoints of the dynamic tables between whole ones (docs/online.md); None: none.
+    delta_checkpoint_secs: float | None = None
+    delta_checkpoint_steps: int | None = None
     save_summaries_steps: int = 100
     placement: str = "round_robin"
     partition_variables: bool = False  # split large variables across the ps tasks
@@ -108,13 +111,25 @@ class TrainConfig:
             return self.learning_rate
         return default_learning_rates.get(self.optimizer, optimizers.DEFAULT_LEARNING_RATES[self.optimizer])
 
+    @property
+    def deltas(self) -> bool:
+        """Whether the chief writes delta checkpoints."""
+        return bool(self.delta_checkpoint_secs or self.delta_checkpoint_steps)
+
     def aggregate_count(self, cluster: ClusterConfig) -> int:
         """The gradients a sync step averages: ``replicas_to_aggregate``, else every replica of ``cluster``."""
         return self.replicas_to_aggregate or cluster.num_replicas
 
     def _check_ranges(self, cluster: ClusterConfig) -> None:
         """Integers inside int64 (the global step's type), intervals finite and not negative."""
-        for name in ("batch_size", "save_summaries_steps", "steps_per_run", "eval_steps", "save_checkpoint_steps"):
+        for name in (
+            "batch_size",
+            "save_summaries_steps",
+            "steps_per_run",
+            "eval_steps",
+            "save_checkpoint_steps",
+            "delta_checkpoint_steps",
+        ):
             flag_ranges.check_int(name, getattr(self, name))
         flag_ranges.check_int("seed", self.seed, low=0)
         # The last run of every replica may pass train_steps: the global step must still fit in int64.
@@ -129,6 +144,7 @@ class TrainConfig:
         if self.learning_rate is not None and not math.isfinite(self.learning_rate):
             raise ConfigError(f"--learning_rate={self.learning_rate} is not a finite number")
         flag_ranges.check_seconds("save_checkpoint_secs", self.save_checkpoint_secs)
+        flag_ranges.check_seconds("delta_checkpoint_secs", self.delta_checkpoint_secs)
         flag_ranges.check_seconds("readiness_poll_secs", self.readiness_poll_secs, none_ok=False)
         flag_ranges.check_seconds("watchdog_secs", self.watchdog_secs, zero_ok=True, none_ok=False)
         flag_ranges.check_seconds("progress_every_secs", self.progress_every_secs, none_ok=False)
@@ -160,6 +176,10 @@ class TrainConfig:
             raise ConfigError(f"--eval_steps={self.eval_steps} must be positive")
         if self.save_checkpoint_steps is not None and self.save_checkpoint_steps <= 0:
             raise ConfigError(f"--save_checkpoint_steps={self.save_checkpoint_steps} must be positive")
+        if self.delta_checkpoint_steps is not None and self.delta_checkpoint_steps <= 0:
+            raise ConfigError(f"--delta_checkpoint_steps={self.delta_checkpoint_steps} must be positive")
+        if self.deltas and not self.checkpoint_dir:
+            raise ConfigError("--delta_checkpoint_secs/--delta_checkpoint_steps need a --checkpoint_dir")
         if self.replicas_to_aggregate is not None:
             if not self.sync_replicas:
                 raise ConfigError(f"--replicas_to_aggregate={self.replicas_to_aggregate} needs --sync_replicas")

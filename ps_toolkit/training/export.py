@@ -62,7 +62,9 @@ def _write(definition, input_context, checkpoint: str, path: str, partitioner) -
             for key, outputs in _signature_outputs(spec).items()
         }
         with tf.compat.v1.Session() as session:
-            saver = tf.compat.v1.train.Saver()
+            # The checkpoint's newest delta merged in; its ops only where one may be (they go into the SavedModel).
+            state = os.path.join(os.path.dirname(checkpoint), dynamic_embedding.delta_files.STATE_FILE)
+            saver = dynamic_embedding.DeltaMergingSaver(deltas=os.path.exists(state))
             saver.restore(session, checkpoint)
             # Dynamic tables ride in the saver (their rows restored into one shard); the collections of Python
             # objects that found them would not survive the meta graph.

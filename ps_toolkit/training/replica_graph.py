@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import os
 
 import tensorflow as tf
 
@@ -101,10 +102,23 @@ def build(cluster: ClusterConfig, config: TrainConfig, definition: ModelDefiniti
     # No replica is ready on a restarted ps's empty table shards until the chief restored them.
     dynamic_embedding.require_filled_tables()
     scaffold = tf.compat.v1.train.Scaffold(
-        saver=tf.compat.v1.train.Saver(max_to_keep=5, sharded=True),
+        # The chief's restores merge the newest delta checkpoint of the dynamic tables (docs/online.md):
+        # its ops are built when this job writes deltas or its folder holds one.
+        saver=dynamic_embedding.DeltaMergingSaver(
+            max_to_keep=5, sharded=True, deltas=cluster.is_chief and _may_restore_deltas(config)
+        ),
         ready_for_local_init_op=_ready_for_local_init(cluster, hooks),
     )
     return TrainGraph(global_step, train_op, loss, hooks, scaffold, partitioner, multi_step, learning_rate)
+
+
+def _may_restore_deltas(config: TrainConfig) -> bool:
+    """Whether the chief may meet a delta checkpoint: it writes them, or its checkpoint folder holds one."""
+    if config.deltas:
+        return True
+    return bool(config.checkpoint_dir) and os.path.exists(
+        os.path.join(config.checkpoint_dir, dynamic_embedding.delta_files.STATE_FILE)
+    )
 
 
 def ps_devices(cluster: ClusterConfig) -> list[str] | None:

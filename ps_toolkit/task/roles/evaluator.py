@@ -14,6 +14,7 @@ import time
 
 import tensorflow as tf
 
+from ps_toolkit import dynamic_embedding
 from ps_toolkit.base.errors import ConfigError, RetryableError
 from ps_toolkit.cluster.config import ClusterConfig
 from ps_toolkit.training.config import TrainConfig
@@ -62,7 +63,7 @@ def _evaluate_each_checkpoint(
     with tf.Graph().as_default():
         global_step = tf.compat.v1.train.get_or_create_global_step()
         eval_graph = build_eval_graph(definition, partitioner)
-        saver = tf.compat.v1.train.Saver()
+        saver = dynamic_embedding.DeltaMergingSaver()  # a checkpoint's newest delta merged in
         writer = tf.compat.v1.summary.FileWriter(os.path.join(config.checkpoint_dir, "eval"))
         with tf.compat.v1.Session() as session:
             for path in tf.compat.v1.train.checkpoints_iterator(

@@ -22,7 +22,7 @@ from ps_toolkit.base.errors import ConfigError
 from ps_toolkit.cluster.config import ClusterConfig
 from ps_toolkit.network import step_guard
 from ps_toolkit.task import checkpoints, table_checkpoints
-from ps_toolkit.task.save_schedule import SavePacer, StepAfterRunSaverHook
+from ps_toolkit.task.save_schedule import SavePacer, StepAfterRunSaverHook, delta_hook
 from ps_toolkit.task.sessions import FastWorkerSessionCreator, LiveStateChiefSessionCreator
 from ps_toolkit.task.watchdog import ProgressWatchdog
 from ps_toolkit.training import folder_input, multi_step, replica_graph, stop_request
@@ -76,9 +76,11 @@ def _save_pacer(cluster: ClusterConfig, config: TrainConfig, graph: TrainGraph) 
     return SavePacer(config.save_checkpoint_steps)
 
 
-def _chief_saving_hooks(config: TrainConfig, graph: TrainGraph, listeners=()) -> list:
+def _chief_saving_hooks(config: TrainConfig, graph: TrainGraph, listeners=(), cluster: ClusterConfig = None) -> list:
     if not config.checkpoint_dir:
         return []
+    deltas = delta_hook(cluster, config, graph.scaffold.saver) if cluster is not None else None
+    listeners = [*listeners, *([deltas.base_listener()] if deltas else [])]
     steps = None if config.save_checkpoint_secs else config.save_checkpoint_steps
     saver_class = tf.compat.v1.train.CheckpointSaverHook
     if graph.multi_step is not None:
@@ -105,6 +107,7 @@ def _chief_saving_hooks(config: TrainConfig, graph: TrainGraph, listeners=()) ->
         set_saver_steps_per_run(saver_hook, config.steps_per_run)
     return [
         saver_hook,
+        *([deltas] if deltas else []),
         tf.compat.v1.train.SummarySaverHook(
             save_steps=config.save_summaries_steps, output_dir=config.checkpoint_dir, scaffold=graph.scaffold
         ),
@@ -292,7 +295,7 @@ def _hooks(
         listeners = [guard.saver_listener(), *([pacer] if pacer else []), *(hook.save_listener() for hook in positions)]
         # The positions are read before the saver's first save (at session creation) can write them back.
         rest = [hook for hook in hooks if hook not in positions]
-        hooks = [*positions, guard, *_chief_saving_hooks(config, graph, listeners=listeners), *rest]
+        hooks = [*positions, guard, *_chief_saving_hooks(config, graph, listeners, cluster), *rest]
     if evaluation is None:
         return hooks
     # The final evaluation starts first at the end and runs while the final checkpoint is written;
