@@ -282,3 +282,16 @@ def test_a_model_without_tables_is_refused_deltas_in_one_line():
         saver = DeltaMergingSaver()
         with pytest.raises(ConfigError, match="need a model with dynamic tables"):
             DeltaCheckpointHook(saver, "/tmp/unused", every_steps=1)
+
+
+def test_the_hook_judges_its_interval_by_the_global_step_after_the_runs_loop(tmp_path):
+    # With the in-graph loop a run's steps come after the step read as it starts: the hook fetches the step
+    # after the loop, or a delta every 50 steps came every 80 (one 20-step run late, then rounded to runs).
+    model = _Model(shards=1)
+    with model.graph.as_default():
+        after_loop = tf.identity(model.step + 20, name="after_loop")
+    _, _, hook, _ = _with_hook(tmp_path, model, every_steps=50, step_after_run=after_loop)
+    assert hook.before_run(None).fetches is after_loop
+    plain_model = _Model(shards=1)
+    _, _, plain, _ = _with_hook(tmp_path, plain_model, every_steps=50)
+    assert plain.before_run(None).fetches is plain_model.step  # no loop: the global step itself

@@ -321,6 +321,52 @@ def optimizer_hyperparameters(optimizer) -> tuple[str, dict] | None:
     return None
 
 
+# --- Keras OptimizerV2 training dynamic tables (ps_toolkit/dynamic_embedding/keras_row_rules.py) -------------
+
+_KERAS_RULES = "ps_toolkit/dynamic_embedding/keras_row_rules.py"
+_KERAS = "tensorflow.python.keras.optimizer_v2"
+_GET_HYPER = _use(
+    f"{_KERAS}.optimizer_v2.OptimizerV2",
+    "_get_hyper",
+    _KERAS_RULES,
+    "a hyperparameter as the optimizer's own apply reads it (a number, a variable or a callable)",
+)
+_DECAYED_LR = _use(
+    f"{_KERAS}.optimizer_v2.OptimizerV2",
+    "_decayed_lr",
+    _KERAS_RULES,
+    "the learning rate with the optimizer's decay and schedule at its step, as its apply computes it",
+)
+# Constructor arguments a Keras optimizer keeps only in private attributes: {attribute: a class that has it}.
+_KERAS_SETTINGS = {
+    declare(USES, f"{_KERAS}.{module}.{cls}", name, _KERAS_RULES, why, f"{_KERAS}.{module}.{cls}"): None
+    for module, cls, name, why in (
+        ("gradient_descent", "SGD", "_momentum", "whether SGD keeps a momentum slot"),
+        ("rmsprop", "RMSprop", "_momentum", "whether RMSprop keeps a momentum slot"),
+        ("adagrad", "Adagrad", "_initial_accumulator_value", "the accumulator slot's initial value"),
+        ("ftrl", "Ftrl", "_initial_accumulator_value", "the accumulator slot's initial value"),
+        ("ftrl", "Ftrl", "_l2_shrinkage_regularization_strength", "Ftrl's l2 shrinkage, not a hyperparameter"),
+    )
+}
+
+
+def keras_hyperparameter(optimizer, name: str, dtype):
+    """A Keras OptimizerV2's hyperparameter ``name`` as a tensor of ``dtype``."""
+    return getattr(optimizer, _GET_HYPER)(name, dtype)
+
+
+def keras_decayed_lr(optimizer, dtype):
+    """A Keras OptimizerV2's learning rate at its current step (decay and schedule applied)."""
+    return getattr(optimizer, _DECAYED_LR)(dtype)
+
+
+def keras_setting(optimizer, attribute: str, default=None):
+    """A constructor argument a Keras OptimizerV2 keeps in the private ``attribute`` (one of _KERAS_SETTINGS)."""
+    if attribute not in _KERAS_SETTINGS:
+        raise KeyError(f"{attribute} is not a declared Keras optimizer setting")
+    return getattr(optimizer, attribute, default)
+
+
 # --- CheckpointSaverHook (the chief's saving hooks) --------------------------------------------------------------
 
 _SET_STEPS_PER_RUN = _use(

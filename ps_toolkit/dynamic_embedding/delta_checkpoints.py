@@ -108,10 +108,19 @@ class DeltaCheckpointHook(tf.compat.v1.train.SessionRunHook):
         margin_steps: Entries last seen up to this many steps before the whole checkpoint's step go into the
             delta too: an async worker's step that read the global step before the whole save and wrote after
             it carries an older step (0 for sync training, whose chief writes every step itself).
+        step_after_run: The global step as read after a run's in-graph loop, which the interval is judged
+            by (default: the graph's global step, read as the run starts: a loop's steps late).
     """
 
     def __init__(
-        self, saver, checkpoint_dir: str, every_secs=None, every_steps=None, last_step: int = 0, margin_steps: int = 0
+        self,
+        saver,
+        checkpoint_dir: str,
+        every_secs=None,
+        every_steps=None,
+        last_step: int = 0,
+        margin_steps: int = 0,
+        step_after_run=None,
     ):
         if getattr(saver, "delta", None) is None:
             raise ConfigError(
@@ -120,7 +129,7 @@ class DeltaCheckpointHook(tf.compat.v1.train.SessionRunHook):
             )
         self._delta, self._checkpoint_dir = saver.delta, checkpoint_dir
         self._every_secs, self._every_steps, self._margin = every_secs, every_steps, margin_steps
-        self._last_step = last_step
+        self._last_step, self._step_after_run = last_step, step_after_run
         self._base = None  # (prefix, global step) of the last whole checkpoint
         self._last = None  # (monotonic time, global step) of the last delta or whole checkpoint
         self.latest: dict | None = None  # the last delta written: prefix, global_step, bytes, seconds
@@ -129,6 +138,8 @@ class DeltaCheckpointHook(tf.compat.v1.train.SessionRunHook):
     def begin(self):
         """Reads the global step with the deltas."""
         self._global_step = tf.compat.v1.train.get_global_step()
+        if self._step_after_run is None:
+            self._step_after_run = self._global_step
 
     def base_listener(self) -> tf.compat.v1.train.CheckpointSaverListener:
         """The listener to give the chief's CheckpointSaverHook: each whole checkpoint becomes the base."""
@@ -136,16 +147,20 @@ class DeltaCheckpointHook(tf.compat.v1.train.SessionRunHook):
 
         class _Base(tf.compat.v1.train.CheckpointSaverListener):
             def after_save(self, session, global_step_value):
-                prefix = tf.train.latest_checkpoint(hook._checkpoint_dir)
-                if prefix is not None:
-                    hook._base = (prefix, int(global_step_value))
-                    hook._last = (time.monotonic(), int(global_step_value))
+                hook.whole_checkpoint_saved(int(global_step_value))
 
         return _Base()
 
+    def whole_checkpoint_saved(self, global_step: int) -> None:
+        """Makes the newest whole checkpoint (saved at ``global_step``) the base of the deltas that follow."""
+        prefix = tf.train.latest_checkpoint(self._checkpoint_dir)
+        if prefix is not None:
+            self._base = (prefix, global_step)
+            self._last = (time.monotonic(), global_step)
+
     def before_run(self, run_context):
         """Asks for the global step with each run (the progress hook fetches it too: no extra round trip)."""
-        return tf.compat.v1.train.SessionRunArgs(self._global_step)
+        return tf.compat.v1.train.SessionRunArgs(self._step_after_run)
 
     def after_run(self, run_context, run_values):
         """Writes a delta once its interval has passed since the last delta or whole checkpoint."""

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import tensorflow as tf
 
+from ps_toolkit.base import tf_internals
 from ps_toolkit.base.errors import ConfigError
 from ps_toolkit.dynamic_embedding.row_rules import RowRule
 
@@ -20,7 +21,7 @@ SUPPORTED = "SGD, Adam, Adagrad, Adadelta, Adamax, Ftrl, RMSprop (Keras Optimize
 
 def is_keras_optimizer(optimizer) -> bool:
     """Whether ``optimizer`` is a Keras OptimizerV2 (by its API: hyperparameters, iterations, decayed lr)."""
-    return all(hasattr(optimizer, name) for name in ("_get_hyper", "_decayed_lr", "iterations", "_hyper"))
+    return all(hasattr(optimizer, name) for name in ("get_slot_names", "iterations", "_hyper", "_decayed_lr"))
 
 
 def rule_for(optimizer) -> RowRule:
@@ -45,14 +46,14 @@ def _counting(optimizer, name: str, slots: dict, update) -> RowRule:
 
 
 def _hyper(optimizer, name: str, dtype):
-    return tf.identity(optimizer._get_hyper(name, dtype))  # noqa: SLF001 - the optimizer's own accessor
+    return tf.identity(tf_internals.keras_hyperparameter(optimizer, name, dtype))
 
 
 def _sgd(optimizer) -> RowRule:
-    with_momentum = bool(getattr(optimizer, "_momentum", False))
+    with_momentum = bool(tf_internals.keras_setting(optimizer, "_momentum", False))
 
     def update(rows, slots, grads, step, context):
-        lr = optimizer._decayed_lr(rows.dtype)  # noqa: SLF001
+        lr = tf_internals.keras_decayed_lr(optimizer, rows.dtype)
         if not with_momentum:
             return rows - lr * grads, {}
         momentum = _hyper(optimizer, "momentum", rows.dtype)
@@ -76,7 +77,7 @@ def _adam(optimizer) -> RowRule:
         dtype = rows.dtype
         beta_1, beta_2 = _hyper(optimizer, "beta_1", dtype), _hyper(optimizer, "beta_2", dtype)
         beta_1_power, beta_2_power = _powers(optimizer, context, dtype, "beta_1", "beta_2")
-        lr = optimizer._decayed_lr(dtype) * tf.sqrt(1 - beta_2_power) / (1 - beta_1_power)  # noqa: SLF001
+        lr = tf_internals.keras_decayed_lr(optimizer, dtype) * tf.sqrt(1 - beta_2_power) / (1 - beta_1_power)
         m = slots["m"] * beta_1 + (1 - beta_1) * grads
         v = slots["v"] * beta_2 + (1 - beta_2) * grads * grads
         new = {"m": m, "v": v}
@@ -92,10 +93,10 @@ def _adagrad(optimizer) -> RowRule:
     def update(rows, slots, grads, step, context):
         dtype = rows.dtype
         accum = slots["accumulator"] + grads * grads
-        lr = optimizer._decayed_lr(dtype)  # noqa: SLF001
+        lr = tf_internals.keras_decayed_lr(optimizer, dtype)
         return rows - lr * grads / (tf.sqrt(accum) + tf.cast(optimizer.epsilon, dtype)), {"accumulator": accum}
 
-    initial = float(optimizer._initial_accumulator_value)  # noqa: SLF001
+    initial = float(tf_internals.keras_setting(optimizer, "_initial_accumulator_value"))
     return _counting(optimizer, "keras_adagrad", {"accumulator": initial}, update)
 
 
@@ -106,7 +107,7 @@ def _adadelta(optimizer) -> RowRule:
         accum = rho * slots["accum_grad"] + (1 - rho) * grads * grads
         change = tf.sqrt(slots["accum_var"] + epsilon) * tf.math.rsqrt(accum + epsilon) * grads
         accum_var = rho * slots["accum_var"] + (1 - rho) * change * change
-        lr = optimizer._decayed_lr(dtype)  # noqa: SLF001
+        lr = tf_internals.keras_decayed_lr(optimizer, dtype)
         return rows - lr * change, {"accum_grad": accum, "accum_var": accum_var}
 
     return _counting(optimizer, "keras_adadelta", {"accum_grad": 0.0, "accum_var": 0.0}, update)
@@ -119,7 +120,7 @@ def _adamax(optimizer) -> RowRule:
         (beta_1_power,) = _powers(optimizer, context, dtype, "beta_1")
         m = slots["m"] * beta_1 + (1 - beta_1) * grads
         v = tf.maximum(slots["v"] * beta_2, tf.abs(grads))
-        lr = optimizer._decayed_lr(dtype) / (1 - beta_1_power)  # noqa: SLF001
+        lr = tf_internals.keras_decayed_lr(optimizer, dtype) / (1 - beta_1_power)
         return rows - lr * m / (v + tf.cast(optimizer.epsilon, dtype)), {"m": m, "v": v}
 
     return _counting(optimizer, "keras_adamax", {"m": 0.0, "v": 0.0}, update)
@@ -128,12 +129,12 @@ def _adamax(optimizer) -> RowRule:
 def _ftrl(optimizer) -> RowRule:
     def update(rows, slots, grads, step, context):
         dtype = rows.dtype
-        lr = optimizer._decayed_lr(dtype)  # noqa: SLF001
+        lr = tf_internals.keras_decayed_lr(optimizer, dtype)
         power = _hyper(optimizer, "learning_rate_power", dtype)
         l1 = _hyper(optimizer, "l1_regularization_strength", dtype)
         # Keras folds its beta into l2, as its apply does.
         l2 = _hyper(optimizer, "l2_regularization_strength", dtype) + _hyper(optimizer, "beta", dtype) / (2 * lr)
-        shrinkage = tf.cast(optimizer._l2_shrinkage_regularization_strength, dtype)  # noqa: SLF001
+        shrinkage = tf.cast(tf_internals.keras_setting(optimizer, "_l2_shrinkage_regularization_strength"), dtype)
         accum, linear = slots["accumulator"], slots["linear"]
         new_accum = accum + grads * grads
         sigma = (tf.pow(new_accum, -power) - tf.pow(accum, -power)) / lr
@@ -142,17 +143,18 @@ def _ftrl(optimizer) -> RowRule:
         new_rows = tf.where(tf.abs(linear) > l1, (tf.sign(linear) * l1 - linear) / quadratic, tf.zeros_like(rows))
         return new_rows, {"accumulator": new_accum, "linear": linear}
 
-    initial = float(optimizer._initial_accumulator_value)  # noqa: SLF001
+    initial = float(tf_internals.keras_setting(optimizer, "_initial_accumulator_value"))
     return _counting(optimizer, "keras_ftrl", {"accumulator": initial, "linear": 0.0}, update)
 
 
 def _rmsprop(optimizer) -> RowRule:
-    with_momentum, centered = bool(optimizer._momentum), bool(optimizer.centered)  # noqa: SLF001
+    with_momentum = bool(tf_internals.keras_setting(optimizer, "_momentum"))
+    centered = bool(optimizer.centered)
 
     def update(rows, slots, grads, step, context):
         dtype = rows.dtype
         rho, epsilon = _hyper(optimizer, "rho", dtype), tf.cast(optimizer.epsilon, dtype)
-        lr = optimizer._decayed_lr(dtype)  # noqa: SLF001
+        lr = tf_internals.keras_decayed_lr(optimizer, dtype)
         rms = rho * slots["rms"] + (1 - rho) * grads * grads
         new, denominator = {"rms": rms}, rms
         if centered:

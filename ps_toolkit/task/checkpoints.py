@@ -149,7 +149,18 @@ def check_model_matches_checkpoint(checkpoint_dir: str, variables, tables=(), ta
     _refuse_another_model(checkpoint_dir, prefix, variables, tables)
     prefix = _newest_with_whole_tables(checkpoint_dir, prefix, table_tensors or {})
     step = _global_step(tf.compat.v1.train.NewCheckpointReader(prefix), prefix)
-    log.info("resuming from global step %s in %s", step, checkpoint_dir)
+    delta = delta_files.read_state(checkpoint_dir)
+    if delta is not None and delta.base == os.path.basename(prefix) and delta.global_step > step:
+        # The session's restore merges the delta over the whole checkpoint (and warns if it cannot).
+        log.info(
+            "resuming from global step %s in %s (delta checkpoint %s over %s)",
+            delta.global_step,
+            checkpoint_dir,
+            delta.delta,
+            delta.base,
+        )
+    else:
+        log.info("resuming from global step %s in %s", step, checkpoint_dir)
     return step
 
 

@@ -70,13 +70,14 @@ class SavePacer(tf.compat.v1.train.CheckpointSaverListener):
         return max(1, min(wanted, math.ceil(to_next_save / self._global_per_own)))
 
 
-def delta_hook(cluster, config, saver):
+def delta_hook(cluster, config, saver, step_after_run=None):
     """The chief's delta checkpoints of the dynamic tables (--delta_checkpoint_secs/steps), or None.
 
     Args:
         cluster: The ClusterConfig.
         config: The TrainConfig.
         saver: The chief's scaffold saver (a ``dynamic_embedding.DeltaMergingSaver``).
+        step_after_run: The global step read after each run's in-graph loop (``MultiStep.global_step``).
     """
     if not config.deltas:
         return None
@@ -90,4 +91,5 @@ def delta_hook(cluster, config, saver):
         every_steps=config.delta_checkpoint_steps,
         last_step=config.last_step if config.train_steps else 0,
         margin_steps=margin,
+        step_after_run=step_after_run,
     )

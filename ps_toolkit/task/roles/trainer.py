@@ -79,7 +79,8 @@ def _save_pacer(cluster: ClusterConfig, config: TrainConfig, graph: TrainGraph) 
 def _chief_saving_hooks(config: TrainConfig, graph: TrainGraph, listeners=(), cluster: ClusterConfig = None) -> list:
     if not config.checkpoint_dir:
         return []
-    deltas = delta_hook(cluster, config, graph.scaffold.saver) if cluster is not None else None
+    step_after_run = graph.multi_step.global_step if graph.multi_step is not None else None
+    deltas = delta_hook(cluster, config, graph.scaffold.saver, step_after_run) if cluster is not None else None
     listeners = [*listeners, *([deltas.base_listener()] if deltas else [])]
     steps = None if config.save_checkpoint_secs else config.save_checkpoint_steps
     saver_class = tf.compat.v1.train.CheckpointSaverHook
