@@ -289,3 +289,23 @@ def test_a_rename_matching_nothing_and_one_onto_a_taken_name_are_refused(tmp_pat
         "variable global_step is renamed emb/rows/bucket_00/keys, a name another variable or table already has",
         rename=[("global_step", "emb/rows/bucket_00/keys")],
     )
+
+
+def test_a_rename_given_twice_is_refused(tmp_path):
+    one_table_checkpoint(str(tmp_path), np.ones([3, 2], np.float32))
+    spec = conversion.TableConversion("emb", id_mappings.identity())
+    refused(
+        tmp_path, [spec], "rename global_step=... is given twice", rename=[("global_step", "a"), ("global_step", "b")]
+    )
+
+
+def test_an_output_dir_holding_other_files_or_that_cannot_be_made_is_refused(tmp_path):
+    one_table_checkpoint(str(tmp_path / "fixed"), np.ones([4, 2], np.float32))
+    spec = conversion.TableConversion("emb", id_mappings.identity())
+    (tmp_path / "busy").mkdir()
+    (tmp_path / "busy" / "notes.txt").write_text("x")
+    with pytest.raises(ConfigError, match=f"output dir {tmp_path}/busy is not empty"):
+        conversion.convert(str(tmp_path / "fixed"), str(tmp_path / "busy"), [spec])
+    assert os.listdir(tmp_path / "busy") == ["notes.txt"]
+    with pytest.raises(ConfigError, match="output dir /proc/ps_toolkit_no_such/out cannot be made: "):
+        conversion.convert(str(tmp_path / "fixed"), "/proc/ps_toolkit_no_such/out", [spec])

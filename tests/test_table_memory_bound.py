@@ -184,7 +184,7 @@ def test_the_ps_on_one_host_share_its_memory(monkeypatch):
     assert ps_memory.memory_of_this_host(environ={ps_memory.MEMORY_ENV: "64"}) == 64 << 20
 
 
-@pytest.mark.parametrize("text", ["0", "-5", "1.5", "lots"])
+@pytest.mark.parametrize("text", ["0", "-5", "1.5", "lots", "\u00b2", "99999999999999"])
 def test_a_bad_memory_figure_is_one_line(text):
     with pytest.raises(ConfigError, match=rf"^PS_TOOLKIT_PS_MEMORY_MB='{text}': must be a whole number of MB"):
         ps_memory.memory_of_this_host(environ={ps_memory.MEMORY_ENV: text})
@@ -193,6 +193,11 @@ def test_a_bad_memory_figure_is_one_line(text):
 def test_a_negative_max_rows_per_shard_is_refused_naming_0():
     with tf.Graph().as_default(), pytest.raises(ConfigError, match=r"max_rows_per_shard=-1 .*or 0 for no bound"):
         de.get_table("t", 2, max_rows_per_shard=-1)
+
+
+def test_a_max_rows_per_shard_beyond_int64_is_one_line():
+    with tf.Graph().as_default(), pytest.raises(ConfigError, match=r"max_rows_per_shard=\d+ must be at most 9223"):
+        de.get_table("t", 2, max_rows_per_shard=10**20)
 
 
 def test_a_shard_past_both_shares_at_once_says_only_the_bound_reached(one_mb, caplog):

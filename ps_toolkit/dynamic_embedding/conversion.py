@@ -272,6 +272,10 @@ def _refuse_leftovers(source: Checkpoint, names: list[str], consumed: set, optim
 
 def _renamed(names: list[str], rename, taken: set) -> list[tuple[str, str]]:
     """(name, name written) for each of ``names`` under ``rename``; ConfigError on an unused rule or a clash."""
+    olds = [old.rstrip("/") for old, _ in rename]
+    twice = sorted({old for old in olds if olds.count(old) > 1})
+    if twice:
+        raise ConfigError(f"rename {twice[0]}=... is given twice; give each name one new name")
     used, result, targets = set(), [], {}
     for name in names:
         new = name
@@ -291,10 +295,18 @@ def _renamed(names: list[str], rename, taken: set) -> list[tuple[str, str]]:
 
 
 def _check_output_dir(output_dir: str) -> None:
+    """The output folder, made now if new: a file, a folder holding anything, or one that cannot be made is
+    refused (ConfigError), so that a conversion never mixes its files with others'."""
     if os.path.exists(output_dir) and not os.path.isdir(output_dir):
         raise ConfigError(f"output dir {output_dir} is a file, not a folder")
     if os.path.exists(os.path.join(output_dir, "checkpoint")) or glob.glob(os.path.join(output_dir, "*.index")):
         raise ConfigError(f"output dir {output_dir} already holds a checkpoint; give a new or empty folder")
+    if os.path.isdir(output_dir) and os.listdir(output_dir):
+        raise ConfigError(f"output dir {output_dir} is not empty; give a new or empty folder")
+    try:
+        os.makedirs(output_dir, exist_ok=True)
+    except OSError as err:
+        raise ConfigError(f"output dir {output_dir} cannot be made: {err.strerror or err}") from None
 
 
 def _table_rows(report: TableReport, values, slots: dict, admit_after: int, step: int) -> table_writer.TableRows:

@@ -14,6 +14,7 @@ counts the memory of the process that builds the graph.
 from __future__ import annotations
 
 import os
+import re
 
 import psutil
 import tensorflow as tf
@@ -23,6 +24,7 @@ from ps_toolkit.dynamic_embedding.hash_tables import on_device
 
 MEMORY_ENV = "PS_TOOLKIT_PS_MEMORY_MB"
 MB = 1 << 20
+MAX_MB = (2**63 - 1) // MB  # the most MB whose bytes an int64 holds
 # cgroup v2, then v1: a container's memory limit ("max" or a huge figure: no limit).
 _CGROUP_LIMITS = ("/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/memory/memory.limit_in_bytes")
 _SHARED_NAME = "ps_toolkit_ps_memory"
@@ -42,8 +44,9 @@ def memory_of_this_host(addresses: list[str] | None = None, index: int = 0, envi
     """
     text = environ.get(MEMORY_ENV, "").strip()
     if text:
-        if not text.isdigit() or int(text) < 1:
-            raise ConfigError(f"{MEMORY_ENV}={text!r}: must be a whole number of MB, at least 1")
+        # ASCII digits only (str.isdigit takes "²"), and bytes that an int64 holds (the figure is a tensor).
+        if not re.fullmatch(r"[0-9]+", text) or not 1 <= int(text) <= MAX_MB:
+            raise ConfigError(f"{MEMORY_ENV}={text!r}: must be a whole number of MB from 1 to {MAX_MB:,}")
         return int(text) * MB
     memory = psutil.virtual_memory().total
     limit = _cgroup_limit()

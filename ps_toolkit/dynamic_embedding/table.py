@@ -28,6 +28,7 @@ _DEVICES = "ps_toolkit_dynamic_table_devices"
 # The graph collection of the lookups' records (lookups.py adds them; training reads them).
 LOOKUPS = "ps_toolkit_dynamic_lookups"
 VALUE_DTYPES = (tf.float32, tf.float64, tf.float16, tf.bfloat16)
+_INT64_MAX = 2**63 - 1
 UNBOUNDED = 0  # max_rows_per_shard=0: no bound on a shard's rows (None: the default bound from the ps's memory)
 
 
@@ -205,9 +206,11 @@ def _reused(table: DynamicTable, reuse, dim, key_dtype, value_dtype) -> DynamicT
 
 
 def _check_positive_int(table_name: str, field: str, value, why: str = "") -> None:
+    reason = f" ({why})" if why else ""
     if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        reason = f" ({why})" if why else ""
         raise ConfigError(f"dynamic table {table_name!r}: {field}={value!r} must be an integer >= 1{reason}")
+    if value > _INT64_MAX:  # the tables' counts and bounds are int64 tensors
+        raise ConfigError(f"dynamic table {table_name!r}: {field}={value!r} must be at most {_INT64_MAX}{reason}")
 
 
 def clear_graph_collections(graph=None) -> bool:

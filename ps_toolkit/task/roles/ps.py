@@ -98,12 +98,14 @@ def signal_done(cluster: ClusterConfig, target: str) -> None:
 def publish_memory(cluster: ClusterConfig, server, memory: int) -> None:
     """Writes the memory this ps counts as its own where the chief's table maintenance reads it, and says it."""
     ps_memory.publish(server.target, f"/job:{PS}/task:{cluster.task_index}", memory, session_config(cluster))
+    given = bool(os.environ.get(ps_memory.MEMORY_ENV, "").strip())
+    source = f"from {ps_memory.MEMORY_ENV}" if given else f"measured; {ps_memory.MEMORY_ENV} sets another"
     log.info(
-        "%s counts %s MB of memory as its own (%s sets it): a dynamic table without max_rows_per_shard is "
+        "%s counts %s MB of memory as its own (%s): a dynamic table without max_rows_per_shard is "
         "bounded by default so that its tables' rows take at most %.0f%% of it",
         cluster.device,
         f"{memory // ps_memory.MB:,}",
-        ps_memory.MEMORY_ENV,
+        source,
         100 * row_bounds.MEMORY_SHARE,
     )
 
