@@ -371,3 +371,11 @@ def test_a_variable_saves_and_loads_its_shards_files_under_tfra_names(de, tmp_pa
         table = de.get_variable("scope/t2", dim=1, initializer=-1.0, devices=["/CPU:0"] * 3)
         session.run(table.tables[0].load_from_file_system(str(tmp_path), "scope_t2_mht_1of2", load_entire_dir=True))
         assert session.run(table.lookup(_ids([3, 4, 5, 6, 7]))).ravel().tolist() == [3, 4, 5, 6, -1]
+
+
+def test_a_variable_lookup_of_keys_of_another_dtype_is_tfras_value_error(de):
+    # TFRA's table converted the keys to its key dtype: a ValueError (embedding_lookup's is a TypeError).
+    with tf.Graph().as_default():
+        table = de.get_variable("typed", dim=1)
+        with pytest.raises(ValueError, match="Signature mismatch. Keys must be dtype tf.int64, got tf.int32"):
+            table.lookup(tf.constant([1, 2], tf.int32))

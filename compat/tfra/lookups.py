@@ -256,9 +256,9 @@ def read_rows(params: Variable, keys, return_exists=False, name=None) -> tf.Tens
     """``Variable.lookup``: the rows of ``keys``; never inserts."""
     if return_exists:
         return variable_ops.lookup_with_exists(params, _ids(params, keys), name)
-    keys = _ids(params, keys)
+    keys = variable_ops.checked_keys(params, keys)  # TFRA's table lookup: a ValueError for another key dtype
     with tf.name_scope(name or "lookup"):
-        return params.read_values(tables.lookup(params.table, params.table_ids(keys)))
+        return params.read_values(tables.lookup(params.table, keys))
 
 
 def trainable_wrapper_filter(iterable_object_in, test_unaggregated_function=None):

@@ -17,7 +17,8 @@ from ps_toolkit_compat import tf_internals
 from ps_toolkit_compat.tfra import errors, kv_files
 
 
-def _keys(variable, keys) -> tf.Tensor:
+def checked_keys(variable, keys) -> tf.Tensor:
+    """``keys`` as the table takes them; TFRA's table's ValueError for keys of another dtype."""
     keys = keys if isinstance(keys, tf.Tensor) else tf.convert_to_tensor(keys, dtype=variable.key_dtype)
     if keys.dtype != variable.key_dtype:
         raise errors.TfraValueError(  # TFRA's table converted keys to its dtype: a ValueError
@@ -42,14 +43,14 @@ def _values(variable, values, keys: tf.Tensor) -> tf.Tensor:
 def upsert(variable, keys, values, name=None) -> tf.Operation:
     """Writes ``values`` as the rows of ``keys`` (any shape; values ``keys.shape + [dim]``)."""
     with tf.name_scope(name or "upsert"):
-        keys = _keys(variable, keys)
+        keys = checked_keys(variable, keys)
         rows = _values(variable, values, keys)
         return table_ops.insert(variable.table, tf.reshape(keys, [-1]), rows)
 
 
 def remove(variable, keys, name=None) -> tf.Operation:
     with tf.name_scope(name or "remove"):
-        return table_ops.remove(variable.table, tf.reshape(_keys(variable, keys), [-1]))
+        return table_ops.remove(variable.table, tf.reshape(checked_keys(variable, keys), [-1]))
 
 
 def clear(variable, name=None) -> tf.Operation:
@@ -60,7 +61,7 @@ def clear(variable, name=None) -> tf.Operation:
 def lookup_with_exists(variable, keys, name=None) -> tuple[tf.Tensor, tf.Tensor]:
     """(rows, exists): the rows of ``keys`` (initial rows where absent) and whether each key has a row."""
     with tf.name_scope(name or "lookup"):
-        keys = _keys(variable, keys)
+        keys = checked_keys(variable, keys)
         rows = variable.read_values(tables.lookup(variable.table, keys))
         return rows, table_ops.contains(variable.table, keys)
 
@@ -69,7 +70,7 @@ def accum(variable, keys, old_values, new_values, exists, name=None) -> tf.Opera
     """TFRA's accum: a key that existed (``exists``) and still does gets ``new - old`` added to its row; one that
     did not and still does not gets ``new_values``; the others (changed meanwhile by another process) stay."""
     with tf.name_scope(name or "accum"):
-        keys = tf.reshape(_keys(variable, keys), [-1])
+        keys = tf.reshape(checked_keys(variable, keys), [-1])
         old_rows = _values(variable, old_values, keys)
         new_rows = _values(variable, new_values, keys)
         existed = tf.reshape(tf.convert_to_tensor(exists, tf.bool), [-1])
