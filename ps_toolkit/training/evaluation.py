@@ -230,9 +230,12 @@ class FinalEvaluationHook(tf.compat.v1.train.SessionRunHook):
                     warmed, eval_graph, started, "warmed during training", initialized=self._warm.initialized
                 )
                 return
-            except (tf.errors.AbortedError, tf.errors.UnavailableError) as err:
+            except (tf.errors.AbortedError, tf.errors.UnavailableError, tf.errors.CancelledError) as err:
                 # A task restarted since the warm-up (a ps, with the variables restored from a checkpoint):
-                # the warmed session's handles on it are gone. A session opened now sees the new task.
+                # the warmed session's handles on it are gone (TensorFlow says so with a CancelledError,
+                # "Session handle is not found"). A session opened now sees the new task.
+                if isinstance(err, tf.errors.CancelledError) and "Session handle is not found" not in str(err):
+                    raise
                 log.info("the final evaluation's warmed session failed (%s); evaluating in a new session", err)
         self._run_and_close(self._open_session(built), eval_graph, started, "opened at the end")
 
